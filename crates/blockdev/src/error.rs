@@ -1,0 +1,26 @@
+use thiserror::Error;
+
+/// What can go wrong with a block request.
+#[derive(Debug, Error)]
+pub enum BlockError {
+    /// The extent `[block, block + count)` is not on the device.
+    #[error("blocks {block}..{} out of range (device has {capacity} blocks)", .block.saturating_add(*.count))]
+    OutOfRange { block: u64, count: u64, capacity: u64 },
+    /// The buffer is empty or not a whole number of blocks (or, for
+    /// O_DIRECT, not suitably aligned in memory).
+    #[error("buffer of {len} bytes is not a non-empty multiple of the {block_size}-byte block")]
+    Misaligned { len: usize, block_size: u32 },
+    /// A device configuration that cannot work (zero size, block size not a
+    /// power of two, a file that is not a whole number of blocks...).
+    #[error("invalid device configuration: {0}")]
+    InvalidConfig(String),
+    /// The device was (simulated) crashed or shut down and accepts no more I/O.
+    #[error("device is offline (crashed or closed)")]
+    Offline,
+    /// An injected fault from a simulated device.
+    #[error("injected I/O fault at block {block}")]
+    InjectedFault { block: u64 },
+    /// The operating system reported an error.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
