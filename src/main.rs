@@ -4,7 +4,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "ptsd", version, about = "A userspace storage stack: emulated SSD, NVM journal, FUSE fs, ublk")]
+#[command(
+    name = "ptsd",
+    version,
+    about = "A userspace storage stack: emulated SSD, NVM journal, FUSE fs, ublk"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

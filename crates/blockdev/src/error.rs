@@ -5,7 +5,11 @@ use thiserror::Error;
 pub enum BlockError {
     /// The extent `[block, block + count)` is not on the device.
     #[error("blocks {block}..{} out of range (device has {capacity} blocks)", .block.saturating_add(*.count))]
-    OutOfRange { block: u64, count: u64, capacity: u64 },
+    OutOfRange {
+        block: u64,
+        count: u64,
+        capacity: u64,
+    },
     /// The buffer is empty or not a whole number of blocks (or, for
     /// O_DIRECT, not suitably aligned in memory).
     #[error("buffer of {len} bytes is not a non-empty multiple of the {block_size}-byte block")]
@@ -20,7 +24,26 @@ pub enum BlockError {
     /// An injected fault from a simulated device.
     #[error("injected I/O fault at block {block}")]
     InjectedFault { block: u64 },
+    /// An injected flush failure from a simulated device: nothing written
+    /// since the last successful flush became durable.
+    #[error("injected flush fault")]
+    InjectedFlushFault,
     /// The operating system reported an error.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl BlockError {
+    /// Whether this error was injected by a simulated device (as opposed
+    /// to a bad request or a real I/O error).
+    ///
+    /// ```
+    /// use ptsd_blockdev::BlockError;
+    /// assert!(BlockError::InjectedFault { block: 3 }.is_injected());
+    /// assert!(BlockError::InjectedFlushFault.is_injected());
+    /// assert!(!BlockError::Offline.is_injected());
+    /// ```
+    pub fn is_injected(&self) -> bool {
+        matches!(self, Self::InjectedFault { .. } | Self::InjectedFlushFault)
+    }
 }

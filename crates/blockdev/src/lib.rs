@@ -21,9 +21,11 @@
 //! assert!(dev.read(16, &mut buf).is_err()); // past the end: an error, not a panic
 //! ```
 
+mod crash;
 mod error;
 mod mem;
 
+pub use crash::{CrashDevice, CrashReport, CrashStats, Fault};
 pub use error::BlockError;
 pub use mem::MemDevice;
 

@@ -115,10 +115,20 @@ mod tests {
         assert_eq!(back, data);
         assert!(matches!(
             dev.write(98, &data),
-            Err(BlockError::OutOfRange { block: 98, count: 3, capacity: 100 })
+            Err(BlockError::OutOfRange {
+                block: 98,
+                count: 3,
+                capacity: 100
+            })
         ));
-        assert!(matches!(dev.read(0, &mut [0u8; 100]), Err(BlockError::Misaligned { .. })));
-        assert!(matches!(dev.read(u64::MAX, &mut back), Err(BlockError::OutOfRange { .. })));
+        assert!(matches!(
+            dev.read(0, &mut [0u8; 100]),
+            Err(BlockError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            dev.read(u64::MAX, &mut back),
+            Err(BlockError::OutOfRange { .. })
+        ));
         dev.discard(98, 1).unwrap();
         dev.read(97, &mut back).unwrap();
         assert_eq!(&back[..512], &data[..512]);
