@@ -21,12 +21,16 @@
 //! assert!(dev.read(16, &mut buf).is_err()); // past the end: an error, not a panic
 //! ```
 
+mod aligned;
 mod crash;
 mod error;
+mod file;
 mod mem;
+mod uring;
 
 pub use crash::{CrashDevice, CrashReport, CrashStats, Fault};
 pub use error::BlockError;
+pub use file::{FileDevice, FileDeviceOptions};
 pub use mem::MemDevice;
 
 /// A device of fixed-size blocks, usable from many threads at once.

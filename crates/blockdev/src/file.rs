@@ -1,0 +1,964 @@
+//! A device over a regular file or a block-device node.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::aligned::AlignedBuf;
+use crate::mem::validate_geometry;
+use crate::uring::{RawOp, RingPool, UringError, MAX_OP_BYTES};
+use crate::{check_range, check_request, BlockDevice, BlockError};
+
+/// `BLKGETSIZE64 = _IOR(0x12, 114, size_t)`, `BLKZEROOUT = _IO(0x12, 127)`
+/// in the generic ioctl encoding (x86, Arm, RISC-V); libc does not export
+/// them.
+const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;
+const BLKZEROOUT: libc::Ioctl = 0x127f;
+
+/// Memory alignment assumed for O_DIRECT when the kernel does not report it.
+const DEFAULT_DIO_MEM_ALIGN: usize = 4096;
+
+/// Largest bounce buffer for one unaligned synchronous request; bigger
+/// requests go through it in pieces.
+const MAX_BOUNCE: usize = 1 << 20;
+
+/// How to open a [`FileDevice`]. By default: 4096-byte blocks, O_DIRECT and
+/// io_uring both tried (each falls back, with a logged reason, if refused).
+///
+/// ```
+/// use ptsd_blockdev::{BlockDevice, FileDeviceOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let dev = FileDeviceOptions::new()
+///     .block_size(512)
+///     .direct(false)
+///     .io_uring(false)
+///     .create(dir.path().join("disk.img"), 100)
+///     .unwrap();
+/// assert_eq!(dev.capacity_bytes(), 51_200);
+/// assert!(!dev.is_direct() && !dev.io_uring_active());
+/// ```
+#[derive(Debug, Clone)]
+pub struct FileDeviceOptions {
+    block_size: u32,
+    direct: bool,
+    io_uring: bool,
+    ring_entries: u32,
+}
+
+impl Default for FileDeviceOptions {
+    fn default() -> Self {
+        Self {
+            block_size: 4096,
+            direct: true,
+            io_uring: true,
+            ring_entries: 128,
+        }
+    }
+}
+
+impl FileDeviceOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes per block: a power of two, at least 512.
+    pub fn block_size(mut self, block_size: u32) -> Self {
+        self.block_size = block_size;
+        self
+    }
+
+    /// Try O_DIRECT (bypass the page cache). On by default.
+    pub fn direct(mut self, direct: bool) -> Self {
+        self.direct = direct;
+        self
+    }
+
+    /// Use io_uring for `read_batch`/`write_batch`. On by default.
+    pub fn io_uring(mut self, io_uring: bool) -> Self {
+        self.io_uring = io_uring;
+        self
+    }
+
+    /// Submission-queue entries per ring (a batch larger than this goes in
+    /// several submissions). Rounded up to a power of two by the kernel.
+    pub fn ring_entries(mut self, entries: u32) -> Self {
+        self.ring_entries = entries.clamp(1, 4096);
+        self
+    }
+
+    /// Open an existing regular file (its length must be a whole number of
+    /// blocks) or block device (its size from `BLKGETSIZE64`).
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<FileDevice, BlockError> {
+        FileDevice::open_with(path.as_ref(), self)
+    }
+
+    /// Create a regular file of `num_blocks` zero blocks, replacing any file
+    /// at `path`, and open it. Refuses a block-device path.
+    pub fn create(
+        &self,
+        path: impl AsRef<Path>,
+        num_blocks: u64,
+    ) -> Result<FileDevice, BlockError> {
+        let path = path.as_ref();
+        validate_geometry(self.block_size, num_blocks)?;
+        let bytes = num_blocks
+            .checked_mul(u64::from(self.block_size))
+            .filter(|&b| b <= i64::MAX as u64)
+            .ok_or_else(|| {
+                BlockError::InvalidConfig(format!(
+                    "{num_blocks} blocks of {} bytes is too large for a file",
+                    self.block_size
+                ))
+            })?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.file_type().is_block_device() {
+                return Err(BlockError::InvalidConfig(format!(
+                    "{} is a block device; open it instead of creating it",
+                    path.display()
+                )));
+            }
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        file.set_len(bytes)?;
+        drop(file);
+        FileDevice::open_with(path, self)
+    }
+}
+
+/// A [`BlockDevice`] over a regular file or a block-device node (`/dev/…`).
+///
+/// * Single requests use `pread`/`pwrite` on a shared descriptor, so every
+///   method takes `&self` and many threads can issue I/O at once.
+/// * O_DIRECT is used when the file system accepts it for this block size;
+///   otherwise (tmpfs, a block size below the device's sector) the device
+///   falls back to buffered I/O and logs why. Buffers that are not aligned
+///   in memory are copied through an aligned bounce buffer — never an error.
+/// * `read_batch`/`write_batch` go through io_uring (one submission per
+///   ring-full of extents) when the kernel allows it, else one by one.
+/// * `flush` is `fdatasync`. `discard` punches a hole (files) or issues a
+///   zeroing discard (block devices); either way discarded blocks read as
+///   zeroes, as [`BlockDevice::discard`] promises. Plain `BLKDISCARD` is not
+///   used because it does not promise that.
+///
+/// ```
+/// use ptsd_blockdev::{BlockDevice, FileDevice};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let dev = FileDevice::create(dir.path().join("disk.img"), 4096, 64).unwrap();
+/// let blocks = vec![(1u64, vec![1u8; 4096]), (9, vec![9u8; 8192])];
+/// let batch: Vec<(u64, &[u8])> = blocks.iter().map(|(b, d)| (*b, &d[..])).collect();
+/// dev.write_batch(&batch).unwrap(); // one io_uring submission if available
+/// dev.flush().unwrap();
+/// let mut buf = vec![0u8; 4096];
+/// dev.read(10, &mut buf).unwrap();
+/// assert_eq!(buf, vec![9u8; 4096]);
+/// ```
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    block_size: u32,
+    num_blocks: u64,
+    is_block_device: bool,
+    direct: bool,
+    /// Memory alignment buffers need for O_DIRECT; 1 when buffered.
+    mem_align: usize,
+    rings: Option<RingPool>,
+    /// Set once the file system refused a fallocate mode, so later discards
+    /// go straight to writing zeroes.
+    punch_unsupported: AtomicBool,
+    zero_range_unsupported: AtomicBool,
+}
+
+impl std::fmt::Debug for FileDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileDevice")
+            .field("path", &self.path)
+            .field("block_size", &self.block_size)
+            .field("num_blocks", &self.num_blocks)
+            .field("is_block_device", &self.is_block_device)
+            .field("direct", &self.direct)
+            .field("mem_align", &self.mem_align)
+            .field("io_uring", &self.rings.is_some())
+            .finish()
+    }
+}
+
+impl FileDevice {
+    /// Open an existing file or block device with `block_size`-byte blocks
+    /// and the default options.
+    pub fn open(path: impl AsRef<Path>, block_size: u32) -> Result<Self, BlockError> {
+        FileDeviceOptions::new().block_size(block_size).open(path)
+    }
+
+    /// Create (or replace) a file of `num_blocks` zero blocks and open it
+    /// with the default options.
+    pub fn create(
+        path: impl AsRef<Path>,
+        block_size: u32,
+        num_blocks: u64,
+    ) -> Result<Self, BlockError> {
+        FileDeviceOptions::new()
+            .block_size(block_size)
+            .create(path, num_blocks)
+    }
+
+    /// Whether I/O bypasses the page cache (O_DIRECT).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Whether batches go through io_uring.
+    pub fn io_uring_active(&self) -> bool {
+        self.rings.is_some()
+    }
+
+    /// Whether the path is a block device rather than a regular file.
+    pub fn is_block_device(&self) -> bool {
+        self.is_block_device
+    }
+
+    /// The path the device was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn open_with(path: &Path, opts: &FileDeviceOptions) -> Result<Self, BlockError> {
+        validate_geometry(opts.block_size, 1)?;
+        let bs = u64::from(opts.block_size);
+        let mut file = open_rw(path, opts.direct);
+        let mut direct = opts.direct;
+        if direct {
+            if let Err(e) = &file {
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    tracing::warn!(
+                        "{}: O_DIRECT refused at open ({e}); using buffered I/O",
+                        path.display()
+                    );
+                    direct = false;
+                    file = open_rw(path, false);
+                }
+            }
+        }
+        let file = file?;
+        let meta = file.metadata()?;
+        let is_block_device = meta.file_type().is_block_device();
+        let size = if is_block_device {
+            block_device_size(&file)?
+        } else if meta.is_file() {
+            meta.len()
+        } else {
+            return Err(BlockError::InvalidConfig(format!(
+                "{} is neither a regular file nor a block device",
+                path.display()
+            )));
+        };
+        if size % bs != 0 {
+            if is_block_device {
+                tracing::warn!(
+                    "{}: size {size} is not a whole number of {bs}-byte blocks; the tail is unused",
+                    path.display()
+                );
+            } else {
+                return Err(BlockError::InvalidConfig(format!(
+                    "{}: length {size} is not a whole number of {bs}-byte blocks",
+                    path.display()
+                )));
+            }
+        }
+        let num_blocks = size / bs;
+        if num_blocks == 0 {
+            return Err(BlockError::InvalidConfig(format!(
+                "{}: smaller than one {bs}-byte block",
+                path.display()
+            )));
+        }
+
+        let mut dev = FileDevice {
+            file,
+            path: path.to_owned(),
+            block_size: opts.block_size,
+            num_blocks,
+            is_block_device,
+            direct,
+            mem_align: 1,
+            rings: None,
+            punch_unsupported: AtomicBool::new(false),
+            zero_range_unsupported: AtomicBool::new(false),
+        };
+        if direct {
+            match direct_io_alignment(&dev.file, opts.block_size) {
+                Ok(mem_align) => {
+                    dev.mem_align = mem_align;
+                    dev.direct = true;
+                }
+                Err(reason) => {
+                    tracing::warn!("{}: {reason}; using buffered I/O", path.display());
+                    dev.file = open_rw(path, false)?;
+                    dev.direct = false;
+                }
+            }
+        }
+        if opts.io_uring {
+            match RingPool::new(opts.ring_entries) {
+                Ok(pool) => dev.rings = Some(pool),
+                Err(e) => tracing::warn!(
+                    "{}: io_uring unavailable ({e}); batches use pread/pwrite",
+                    path.display()
+                ),
+            }
+        }
+        Ok(dev)
+    }
+
+    fn offset(&self, block: u64) -> u64 {
+        block * u64::from(self.block_size)
+    }
+
+    fn is_aligned(&self, buf: &[u8]) -> bool {
+        buf.as_ptr() as usize % self.mem_align == 0
+    }
+
+    fn bounce(&self, len: usize) -> Result<AlignedBuf, BlockError> {
+        AlignedBuf::zeroed(len, self.mem_align).ok_or_else(|| {
+            BlockError::Io(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("cannot allocate a {len}-byte aligned buffer"),
+            ))
+        })
+    }
+
+    /// `pread` at a byte offset, bouncing through aligned memory if needed.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), BlockError> {
+        if self.is_aligned(buf) {
+            self.file.read_exact_at(buf, offset)?;
+            return Ok(());
+        }
+        let piece = buf.len().min(MAX_BOUNCE);
+        let mut bounce = self.bounce(piece)?;
+        let mut done = 0;
+        for chunk in buf.chunks_mut(piece) {
+            let b = &mut bounce[..chunk.len()];
+            self.file.read_exact_at(b, offset + done as u64)?;
+            chunk.copy_from_slice(b);
+            done += chunk.len();
+        }
+        Ok(())
+    }
+
+    /// `pwrite` at a byte offset, bouncing through aligned memory if needed.
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), BlockError> {
+        if self.is_aligned(buf) {
+            self.file.write_all_at(buf, offset)?;
+            return Ok(());
+        }
+        let piece = buf.len().min(MAX_BOUNCE);
+        let mut bounce = self.bounce(piece)?;
+        let mut done = 0;
+        for chunk in buf.chunks(piece) {
+            let b = &mut bounce[..chunk.len()];
+            b.copy_from_slice(chunk);
+            self.file.write_all_at(b, offset + done as u64)?;
+            done += chunk.len();
+        }
+        Ok(())
+    }
+
+    fn fallocate(&self, mode: libc::c_int, block: u64, count: u64) -> io::Result<()> {
+        let offset = self.offset(block) as libc::off_t;
+        let len = self.offset(count) as libc::off_t;
+        // SAFETY: fallocate only reads its integer arguments; the descriptor
+        // is open for as long as `self` lives.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset, len) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn blk_zeroout(&self, block: u64, count: u64) -> io::Result<()> {
+        let range: [u64; 2] = [self.offset(block), self.offset(count)];
+        // SAFETY: BLKZEROOUT reads a `[u64; 2]` (start, length) from the
+        // pointer, which is valid for the duration of the call.
+        let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), BLKZEROOUT, range.as_ptr()) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Write zeroes with ordinary writes, from one aligned zero buffer.
+    fn write_zero_buffers(&self, block: u64, count: u64) -> Result<(), BlockError> {
+        let bs = self.block_size as usize;
+        let per_write = (MAX_BOUNCE / bs).max(1) as u64;
+        let zeroes = self.bounce(bs * per_write.min(count) as usize)?;
+        let mut done = 0;
+        while done < count {
+            let n = (count - done).min(per_write);
+            self.write_at(&zeroes[..bs * n as usize], self.offset(block + done))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Try a fallocate mode once; remember if the file system refuses it.
+    fn try_fallocate(&self, flag: &AtomicBool, mode: libc::c_int, block: u64, count: u64) -> bool {
+        if flag.load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.fallocate(mode, block, count) {
+            Ok(()) => true,
+            Err(e) => {
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+                ) {
+                    flag.store(true, Ordering::Relaxed);
+                }
+                tracing::debug!(
+                    "{}: fallocate mode {mode:#x} failed ({e}); writing zeroes",
+                    self.path.display()
+                );
+                false
+            }
+        }
+    }
+
+    /// Finish, synchronously, ops the ring left short.
+    fn finish_short(&self, ops: &[RawOp], done: &[usize], write: bool) -> Result<(), BlockError> {
+        for (op, &n) in ops.iter().zip(done) {
+            if n >= op.len {
+                continue;
+            }
+            // SAFETY: `op` describes a live buffer of `op.len` bytes that the
+            // batch borrows (mutably for reads); the ring is done with it.
+            let offset = op.offset + n as u64;
+            if write {
+                let rest = unsafe { std::slice::from_raw_parts(op.ptr.add(n), op.len - n) };
+                self.file.write_all_at(rest, offset)?;
+            } else {
+                let rest = unsafe { std::slice::from_raw_parts_mut(op.ptr.add(n), op.len - n) };
+                self.file.read_exact_at(rest, offset)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Split an extent into ring ops of at most `MAX_OP_BYTES`.
+fn push_ops(ops: &mut Vec<RawOp>, ptr: *mut u8, len: usize, offset: u64) {
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(MAX_OP_BYTES);
+        // SAFETY: `done < len`, so the pointer stays inside the buffer.
+        let ptr = unsafe { ptr.add(done) };
+        ops.push(RawOp {
+            ptr,
+            len: n,
+            offset: offset + done as u64,
+        });
+        done += n;
+    }
+}
+
+fn open_rw(path: &Path, direct: bool) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(true);
+    if direct {
+        opts.custom_flags(libc::O_DIRECT);
+    }
+    opts.open(path)
+}
+
+fn block_device_size(file: &File) -> io::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points
+    // at a live local.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) };
+    if rc == 0 {
+        Ok(size)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Decide whether O_DIRECT works on `file` for this block size; returns the
+/// memory alignment buffers need, or why direct I/O cannot be used.
+fn direct_io_alignment(file: &File, block_size: u32) -> Result<usize, String> {
+    let mut mem_align = DEFAULT_DIO_MEM_ALIGN;
+    // SAFETY: an all-zero statx is a valid value of this plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a valid NUL-terminated empty string (with
+    // AT_EMPTY_PATH the call inspects the descriptor) and `stx` is a live
+    // struct the kernel fills.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 {
+        let offset_align = stx.stx_dio_offset_align;
+        if offset_align == 0 {
+            return Err("the file system reports no direct I/O support".into());
+        }
+        if block_size % offset_align != 0 {
+            return Err(format!(
+                "block size {block_size} is below the {offset_align}-byte direct I/O alignment"
+            ));
+        }
+        if stx.stx_dio_mem_align.is_power_of_two() {
+            mem_align = stx.stx_dio_mem_align as usize;
+        }
+    }
+    // Whatever the kernel reported, read one block to be sure.
+    let mut probe = AlignedBuf::zeroed(block_size as usize, mem_align.max(block_size as usize))
+        .ok_or("cannot allocate the O_DIRECT probe buffer")?;
+    match file.read_exact_at(&mut probe, 0) {
+        Ok(()) => Ok(mem_align),
+        Err(e) => Err(format!("O_DIRECT probe read failed ({e})")),
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.num_blocks
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> Result<(), BlockError> {
+        check_request(self, block, buf.len())?;
+        self.read_at(buf, self.offset(block))
+    }
+
+    fn write(&self, block: u64, buf: &[u8]) -> Result<(), BlockError> {
+        check_request(self, block, buf.len())?;
+        self.write_at(buf, self.offset(block))
+    }
+
+    fn flush(&self) -> Result<(), BlockError> {
+        self.file.sync_data()?;
+        Ok(())
+    }
+
+    fn discard(&self, block: u64, count: u64) -> Result<(), BlockError> {
+        check_range(self, block, count)?;
+        if count == 0 {
+            return Ok(());
+        }
+        // On a block device, PUNCH_HOLE is a discard the kernel issues only
+        // if the device then reads zeroes (else EOPNOTSUPP), so it keeps the
+        // trait's promise; BLKZEROOUT is the next cheapest way to keep it.
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        if self.try_fallocate(&self.punch_unsupported, mode, block, count) {
+            return Ok(());
+        }
+        if self.is_block_device && self.blk_zeroout(block, count).is_ok() {
+            return Ok(());
+        }
+        self.write_zero_buffers(block, count)
+    }
+
+    fn write_zeroes(&self, block: u64, count: u64) -> Result<(), BlockError> {
+        check_range(self, block, count)?;
+        if count == 0 {
+            return Ok(());
+        }
+        if self.is_block_device {
+            if self.blk_zeroout(block, count).is_ok() {
+                return Ok(());
+            }
+        } else {
+            let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+            if self.try_fallocate(&self.zero_range_unsupported, mode, block, count) {
+                return Ok(());
+            }
+        }
+        self.write_zero_buffers(block, count)
+    }
+
+    fn write_batch(&self, writes: &[(u64, &[u8])]) -> Result<(), BlockError> {
+        // Validate everything first so a bad extent writes nothing.
+        for (block, buf) in writes {
+            check_request(self, *block, buf.len())?;
+        }
+        let Some(rings) = &self.rings else {
+            return writes
+                .iter()
+                .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)));
+        };
+        if let [(block, buf)] = writes {
+            return self.write_at(buf, self.offset(*block));
+        }
+        // Unaligned buffers are copied to aligned ones that live until the
+        // ring is done; moving an `AlignedBuf` does not move its bytes.
+        let mut bounces = Vec::new();
+        let mut ops = Vec::with_capacity(writes.len());
+        for (block, buf) in writes {
+            let ptr = if self.is_aligned(buf) {
+                buf.as_ptr() as *mut u8
+            } else {
+                let mut bounce = self.bounce(buf.len())?;
+                bounce.copy_from_slice(buf);
+                let ptr = bounce.as_mut_ptr();
+                bounces.push(bounce);
+                ptr
+            };
+            push_ops(&mut ops, ptr, buf.len(), self.offset(*block));
+        }
+        // The ring only reads through these pointers for writes.
+        match rings.run(self.file.as_raw_fd(), &ops, true) {
+            Ok(done) => self.finish_short(&ops, &done, true),
+            Err(UringError::Op(e)) => Err(e.into()),
+            Err(UringError::Ring(e)) => {
+                tracing::warn!("io_uring write batch failed ({e}); redoing it with pwrite");
+                writes
+                    .iter()
+                    .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)))
+            }
+        }
+    }
+
+    fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<(), BlockError> {
+        for (block, buf) in reads.iter() {
+            check_request(self, *block, buf.len())?;
+        }
+        let Some(rings) = &self.rings else {
+            return reads
+                .iter_mut()
+                .try_for_each(|(block, buf)| self.read_at(buf, self.offset(*block)));
+        };
+        if let [(block, buf)] = reads {
+            return self.read_at(buf, self.offset(*block));
+        }
+        // Unaligned targets are read into bounce buffers, copied out after.
+        let mut bounces: Vec<(usize, AlignedBuf)> = Vec::new();
+        let mut ops = Vec::with_capacity(reads.len());
+        for (i, (block, buf)) in reads.iter_mut().enumerate() {
+            let ptr = if self.is_aligned(buf) {
+                buf.as_mut_ptr()
+            } else {
+                let mut bounce = self.bounce(buf.len())?;
+                let ptr = bounce.as_mut_ptr();
+                bounces.push((i, bounce));
+                ptr
+            };
+            push_ops(&mut ops, ptr, buf.len(), self.offset(*block));
+        }
+        match rings.run(self.file.as_raw_fd(), &ops, false) {
+            Ok(done) => self.finish_short(&ops, &done, false)?,
+            Err(UringError::Op(e)) => return Err(e.into()),
+            Err(UringError::Ring(e)) => {
+                tracing::warn!("io_uring read batch failed ({e}); redoing it with pread");
+                return reads
+                    .iter_mut()
+                    .try_for_each(|(block, buf)| self.read_at(buf, self.offset(*block)));
+            }
+        }
+        for (i, bounce) in bounces {
+            reads[i].1.copy_from_slice(&bounce);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+
+    const BS: usize = 4096;
+
+    fn pattern(tag: u64, blocks: usize) -> Vec<u8> {
+        (0..BS * blocks)
+            .map(|i| (tag as usize * 131 + i * 7 + i / BS) as u8)
+            .collect()
+    }
+
+    /// A copy of `data` that starts one byte past an aligned address, so
+    /// O_DIRECT must bounce it.
+    fn misaligned(data: &[u8]) -> (Vec<u8>, usize) {
+        let mut v = vec![0u8; data.len() + 1];
+        let start = if v.as_ptr() as usize % 2 == 0 { 1 } else { 0 };
+        v[start..start + data.len()].copy_from_slice(data);
+        (v, start)
+    }
+
+    fn all_options() -> Vec<FileDeviceOptions> {
+        let mut v = Vec::new();
+        for direct in [true, false] {
+            for uring in [true, false] {
+                v.push(FileDeviceOptions::new().direct(direct).io_uring(uring));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn round_trip_aligned_and_unaligned() {
+        let dir = tempfile::tempdir().unwrap();
+        for (n, opts) in all_options().into_iter().enumerate() {
+            let path = dir.path().join(format!("d{n}.img"));
+            let dev = opts.create(&path, 32).unwrap();
+            let data = pattern(n as u64, 3);
+            dev.write(4, &data).unwrap();
+            let (v, start) = misaligned(&pattern(99, 2));
+            dev.write(20, &v[start..start + 2 * BS]).unwrap();
+
+            let mut back = vec![0u8; 3 * BS];
+            dev.read(4, &mut back).unwrap();
+            assert_eq!(back, data, "{dev:?}");
+            let mut v = vec![0u8; 2 * BS + 1];
+            let start = if v.as_ptr() as usize % 2 == 0 { 1 } else { 0 };
+            dev.read(20, &mut v[start..start + 2 * BS]).unwrap();
+            assert_eq!(&v[start..start + 2 * BS], &pattern(99, 2)[..], "{dev:?}");
+            dev.flush().unwrap();
+            drop(dev);
+
+            let dev = opts.open(&path).unwrap();
+            assert_eq!(dev.num_blocks(), 32);
+            let mut back = vec![0u8; 3 * BS];
+            dev.read(4, &mut back).unwrap();
+            assert_eq!(back, data);
+            dev.read(0, &mut back).unwrap();
+            assert!(back.iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn bad_requests_and_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = FileDevice::create(dir.path().join("a.img"), 4096, 8).unwrap();
+        let buf = vec![0u8; BS];
+        assert!(matches!(
+            dev.write(8, &buf),
+            Err(BlockError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            dev.write(0, &buf[..100]),
+            Err(BlockError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            dev.write(0, &[]),
+            Err(BlockError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            dev.discard(7, 2),
+            Err(BlockError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            dev.write_zeroes(u64::MAX, 1),
+            Err(BlockError::OutOfRange { .. })
+        ));
+        // A bad extent anywhere in a batch writes nothing at all.
+        let good = pattern(1, 1);
+        let err = dev.write_batch(&[(0, &good), (9, &good)]).unwrap_err();
+        assert!(matches!(err, BlockError::OutOfRange { .. }));
+        let mut back = vec![0u8; BS];
+        dev.read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+
+        let odd = dir.path().join("odd.img");
+        std::fs::write(&odd, vec![0u8; BS + 1]).unwrap();
+        let err = FileDevice::open(&odd, 4096).unwrap_err();
+        assert!(matches!(err, BlockError::InvalidConfig(ref m) if m.contains("whole number")));
+        let empty = dir.path().join("empty.img");
+        std::fs::write(&empty, b"").unwrap();
+        assert!(matches!(
+            FileDevice::open(&empty, 4096),
+            Err(BlockError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            FileDevice::open(dir.path(), 4096),
+            Err(BlockError::Io(_))
+        )); // EISDIR
+        assert!(matches!(
+            FileDevice::open(dir.path().join("none"), 4096),
+            Err(BlockError::Io(_))
+        ));
+        assert!(matches!(
+            FileDevice::open(&odd, 1000),
+            Err(BlockError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            FileDevice::create(dir.path().join("z"), 4096, 0),
+            Err(BlockError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            FileDevice::create(dir.path().join("huge"), 4096, u64::MAX / 2),
+            Err(BlockError::InvalidConfig(_))
+        ));
+    }
+
+    #[test]
+    fn discard_and_write_zeroes_read_as_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        for (n, opts) in all_options().into_iter().enumerate() {
+            let dev = opts.create(dir.path().join(format!("z{n}")), 16).unwrap();
+            dev.write(0, &pattern(5, 16)).unwrap();
+            dev.discard(2, 3).unwrap();
+            dev.write_zeroes(10, 2).unwrap();
+            dev.discard(0, 0).unwrap();
+            let mut back = vec![0u8; 16 * BS];
+            dev.read(0, &mut back).unwrap();
+            let expect = pattern(5, 16);
+            for b in 0..16 {
+                let got = &back[b * BS..(b + 1) * BS];
+                if (2..5).contains(&b) || (10..12).contains(&b) {
+                    assert!(got.iter().all(|&x| x == 0), "block {b} of {dev:?}");
+                } else {
+                    assert_eq!(got, &expect[b * BS..(b + 1) * BS], "block {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn batches_match_a_model() {
+        let seed = 0xb10c_u64;
+        let dir = tempfile::tempdir().unwrap();
+        for (n, opts) in all_options().into_iter().enumerate() {
+            // Four ring entries force a 60-extent batch through many
+            // submissions.
+            let opts = opts.ring_entries(4);
+            let dev = opts.create(dir.path().join(format!("b{n}")), 256).unwrap();
+            let mut rng = ChaCha8Rng::seed_from_u64(seed + n as u64);
+            let mut model = vec![0u8; 256 * BS];
+            for round in 0..3u64 {
+                let mut owned = Vec::new();
+                for i in 0..60u64 {
+                    let blocks = rng.gen_range(1..4usize);
+                    let block = rng.gen_range(0..=256 - blocks as u64);
+                    let data = pattern(round * 1000 + i, blocks);
+                    let off = block as usize * BS;
+                    model[off..off + data.len()].copy_from_slice(&data);
+                    // Every third extent sits at an odd address.
+                    let (v, start) = if i % 3 == 0 {
+                        misaligned(&data)
+                    } else {
+                        (data.clone(), 0)
+                    };
+                    owned.push((block, v, start, data.len()));
+                }
+                let batch: Vec<(u64, &[u8])> = owned
+                    .iter()
+                    .map(|(b, v, s, len)| (*b, &v[*s..*s + *len]))
+                    .collect();
+                dev.write_batch(&batch).unwrap();
+            }
+            dev.flush().unwrap();
+            // Read everything back as a batch of 64 single blocks, half of
+            // them into odd addresses.
+            let mut bufs: Vec<Vec<u8>> = (0..256).map(|_| vec![0u8; BS + 1]).collect();
+            for chunk in 0..4 {
+                let mut reads: Vec<(u64, &mut [u8])> = bufs[chunk * 64..(chunk + 1) * 64]
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let s = i % 2;
+                        ((chunk * 64 + i) as u64, &mut v[s..s + BS])
+                    })
+                    .collect();
+                dev.read_batch(&mut reads).unwrap();
+            }
+            for (b, v) in bufs.iter().enumerate() {
+                let s = b % 64 % 2;
+                assert_eq!(
+                    &v[s..s + BS],
+                    &model[b * BS..(b + 1) * BS],
+                    "seed {seed}: block {b} of {dev:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn many_threads_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = Arc::new(FileDevice::create(dir.path().join("t.img"), 4096, 256).unwrap());
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let dev = Arc::clone(&dev);
+                std::thread::spawn(move || {
+                    let data: Vec<Vec<u8>> = (0..64).map(|i| pattern(t * 64 + i, 1)).collect();
+                    let batch: Vec<(u64, &[u8])> = data
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| (t * 64 + i as u64, &d[..]))
+                        .collect();
+                    dev.write_batch(&batch[..32]).unwrap();
+                    for &(b, d) in &batch[32..] {
+                        dev.write(b, d).unwrap();
+                    }
+                    dev.flush().unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut buf = vec![0u8; BS];
+        for b in 0..256u64 {
+            dev.read(b, &mut buf).unwrap();
+            assert_eq!(buf, pattern(b, 1), "block {b}");
+        }
+    }
+
+    #[test]
+    fn tmpfs_falls_back_or_works() {
+        // /dev/shm is tmpfs on Linux: O_DIRECT may be refused there; either
+        // way the device must work.
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        let dev = FileDevice::create(dir.path().join("s.img"), 4096, 8).unwrap();
+        let (v, s) = misaligned(&pattern(3, 2));
+        dev.write_batch(&[(0, &v[s..s + 2 * BS]), (5, &pattern(4, 1))])
+            .unwrap();
+        let mut back = vec![0u8; 2 * BS];
+        dev.read(0, &mut back).unwrap();
+        assert_eq!(back, pattern(3, 2), "{dev:?}");
+    }
+
+    /// Runs on a real block device only when one is named (it is
+    /// overwritten!): `PTSD_TEST_BLOCKDEV=/dev/loop0 cargo test`.
+    #[test]
+    fn block_device_when_given() {
+        let Ok(path) = std::env::var("PTSD_TEST_BLOCKDEV") else {
+            return;
+        };
+        let dev = FileDevice::open(&path, 4096).unwrap();
+        assert!(dev.is_block_device());
+        assert!(dev.num_blocks() >= 16);
+        dev.write(0, &pattern(8, 16)).unwrap();
+        dev.discard(1, 2).unwrap();
+        dev.write_zeroes(5, 1).unwrap();
+        dev.flush().unwrap();
+        let mut back = vec![0u8; 16 * BS];
+        dev.read(0, &mut back).unwrap();
+        assert!(back[BS..3 * BS].iter().all(|&b| b == 0));
+        assert!(back[5 * BS..6 * BS].iter().all(|&b| b == 0));
+        assert_eq!(&back[..BS], &pattern(8, 16)[..BS]);
+        assert!(FileDevice::create(&path, 4096, 1).is_err());
+    }
+}

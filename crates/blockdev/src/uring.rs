@@ -1,0 +1,165 @@
+//! Batched reads and writes through io_uring.
+//!
+//! A pool of rings sits behind a mutex: a caller takes a ring, submits its
+//! whole batch with one `io_uring_enter` per ring-full, reaps every
+//! completion and puts the ring back. Threads that batch at the same time
+//! each get their own ring (a new one is made when the pool is empty), so the
+//! mutex is held only to pop and push. This is simpler than a ring per
+//! thread (no thread-local rings outliving the device) and as fast, since
+//! ring setup happens only when concurrency grows.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use io_uring::{opcode, types, IoUring, Probe};
+use parking_lot::Mutex;
+
+/// Largest piece one SQE carries (its length field is 32 bits).
+pub(crate) const MAX_OP_BYTES: usize = 1 << 30;
+
+/// One read or write, as raw parts. The caller keeps the memory alive and
+/// unaliased until [`RingPool::run`] returns.
+pub(crate) struct RawOp {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub offset: u64,
+}
+
+/// Why a batch did not complete through the ring.
+pub(crate) enum UringError {
+    /// The ring itself failed; nothing is in flight any more and the caller
+    /// may redo the whole batch another way.
+    Ring(io::Error),
+    /// An operation failed on the device.
+    Op(io::Error),
+}
+
+pub(crate) struct RingPool {
+    entries: u32,
+    idle: Mutex<Vec<IoUring>>,
+}
+
+impl RingPool {
+    /// Set up the first ring and check the kernel supports the opcodes we
+    /// use (IORING_OP_READ/WRITE need Linux 5.6).
+    pub(crate) fn new(entries: u32) -> io::Result<Self> {
+        let ring = IoUring::new(entries)?;
+        let mut probe = Probe::new();
+        ring.submitter().register_probe(&mut probe)?;
+        for (code, name) in [
+            (opcode::Read::CODE, "IORING_OP_READ"),
+            (opcode::Write::CODE, "IORING_OP_WRITE"),
+        ] {
+            if !probe.is_supported(code) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("kernel io_uring lacks {name}"),
+                ));
+            }
+        }
+        Ok(Self {
+            entries,
+            idle: Mutex::new(vec![ring]),
+        })
+    }
+
+    fn take(&self) -> io::Result<IoUring> {
+        if let Some(ring) = self.idle.lock().pop() {
+            return Ok(ring);
+        }
+        IoUring::new(self.entries)
+    }
+
+    /// Submit every op (reads if `write` is false) on file `fd`, a ring-full
+    /// per `io_uring_enter`, and wait for all of them. Returns the bytes each
+    /// op transferred, which can be short (or zero after EINTR/EAGAIN): the
+    /// caller finishes those synchronously.
+    pub(crate) fn run(
+        &self,
+        fd: RawFd,
+        ops: &[RawOp],
+        write: bool,
+    ) -> Result<Vec<usize>, UringError> {
+        let mut ring = self.take().map_err(UringError::Ring)?;
+        let capacity = ring.params().sq_entries() as usize;
+        let mut done = vec![0usize; ops.len()];
+        let mut op_error = None;
+        for (chunk_index, chunk) in ops.chunks(capacity).enumerate() {
+            let base = chunk_index * capacity;
+            {
+                let mut sq = ring.submission();
+                for (i, op) in chunk.iter().enumerate() {
+                    let len = op.len as u32; // <= MAX_OP_BYTES, checked by the caller
+                    let entry = if write {
+                        opcode::Write::new(types::Fd(fd), op.ptr, len)
+                            .offset(op.offset)
+                            .build()
+                    } else {
+                        opcode::Read::new(types::Fd(fd), op.ptr, len)
+                            .offset(op.offset)
+                            .build()
+                    }
+                    .user_data((base + i) as u64);
+                    // SAFETY: the entry points at memory the caller keeps
+                    // valid (and, for reads, exclusively ours) until `run`
+                    // returns, and `run` returns only once every submitted
+                    // entry has completed (see the wait loop below).
+                    // Entries pushed but never submitted die with the ring.
+                    if unsafe { sq.push(&entry) }.is_err() {
+                        // Cannot happen: the queue is empty at the start of a
+                        // chunk and a chunk is at most its capacity.
+                        return Err(UringError::Ring(io::Error::other(
+                            "io_uring submission queue unexpectedly full",
+                        )));
+                    }
+                }
+            }
+            let mut completed = 0usize;
+            let mut warned = false;
+            while completed < chunk.len() {
+                if let Err(e) = ring.submit_and_wait(chunk.len() - completed) {
+                    let retryable = matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    );
+                    if !retryable {
+                        let unsubmitted = ring.submission().len();
+                        let in_flight = chunk.len() - unsubmitted - completed;
+                        if in_flight == 0 {
+                            // Dropping the ring discards the unsubmitted
+                            // entries; nothing can touch the buffers now.
+                            return Err(UringError::Ring(e));
+                        }
+                        // The kernel still owns some buffers: returning now
+                        // would let it write into freed memory, so wait.
+                        if !warned {
+                            tracing::error!(
+                                "io_uring_enter failed with {in_flight} requests in flight ({e}); waiting for them"
+                            );
+                            warned = true;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                for cqe in ring.completion() {
+                    completed += 1;
+                    let index = cqe.user_data() as usize;
+                    let res = cqe.result();
+                    if res >= 0 {
+                        if let Some(d) = done.get_mut(index) {
+                            *d = res as usize;
+                        }
+                    } else if -res != libc::EINTR && -res != libc::EAGAIN {
+                        op_error.get_or_insert(io::Error::from_raw_os_error(-res));
+                    }
+                }
+            }
+        }
+        self.idle.lock().push(ring);
+        match op_error {
+            Some(e) => Err(UringError::Op(e)),
+            None => Ok(done),
+        }
+    }
+}
