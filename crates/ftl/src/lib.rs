@@ -9,3 +9,7 @@
 pub mod request;
 
 pub use request::{Completion, Op, Request};
+pub mod sim;
+pub mod stats;
+pub mod trace;
+pub mod workload;
