@@ -1,0 +1,349 @@
+//! Block allocation: one bitmap block per group, each behind its own lock.
+//!
+//! An operation that allocates or frees locks every group it will touch, in
+//! ascending order, before changing any bit, and holds them until its journal
+//! transaction has finished ([`AllocCtx`]). So a bitmap block written into
+//! one transaction never contains another transaction's unfinished change,
+//! and operations in different groups never wait on each other.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RawMutex};
+
+use crate::error::Errno;
+use crate::format::{seal_bitmap, BITS_PER_GROUP, BLOCK_SIZE};
+
+/// One allocation group: its bitmap block (crc bytes included).
+pub struct Group {
+    pub bits: Vec<u8>,
+}
+
+fn get_bit(bits: &[u8], i: u64) -> bool {
+    bits[(i / 8) as usize] & (1 << (i % 8)) != 0
+}
+fn set_bit(bits: &mut [u8], i: u64, v: bool) {
+    if v {
+        bits[(i / 8) as usize] |= 1 << (i % 8);
+    } else {
+        bits[(i / 8) as usize] &= !(1 << (i % 8));
+    }
+}
+
+/// The free-space map of a mounted file system.
+pub struct Allocator {
+    groups: Vec<Arc<Mutex<Group>>>,
+    free_per_group: Vec<AtomicU64>,
+    free_total: AtomicU64,
+    bitmap_start: u64,
+    num_blocks: u64,
+}
+
+impl Allocator {
+    /// Build from the bitmap blocks as read from the store.
+    pub fn new(bitmaps: Vec<Vec<u8>>, bitmap_start: u64, num_blocks: u64) -> Self {
+        let mut free_per_group = Vec::new();
+        let mut total = 0;
+        for (g, b) in bitmaps.iter().enumerate() {
+            let base = g as u64 * BITS_PER_GROUP;
+            let n = BITS_PER_GROUP.min(num_blocks.saturating_sub(base));
+            let free = (0..n).filter(|&i| !get_bit(b, i)).count() as u64;
+            total += free;
+            free_per_group.push(AtomicU64::new(free));
+        }
+        Self {
+            groups: bitmaps.into_iter().map(|bits| Arc::new(Mutex::new(Group { bits }))).collect(),
+            free_per_group,
+            free_total: AtomicU64::new(total),
+            bitmap_start,
+            num_blocks,
+        }
+    }
+
+    /// Free blocks right now.
+    pub fn free_blocks(&self) -> u64 {
+        self.free_total.load(Ordering::Relaxed)
+    }
+
+    /// Is `blk` marked used? (For checks; takes the group lock briefly.)
+    pub fn is_used(&self, blk: u64) -> bool {
+        let g = (blk / BITS_PER_GROUP) as usize;
+        match self.groups.get(g) {
+            Some(grp) => get_bit(&grp.lock().bits, blk % BITS_PER_GROUP),
+            None => true,
+        }
+    }
+
+    /// Bitmap block contents (sealed), for a final write-out or for fsck.
+    pub fn snapshot(&self) -> Vec<(u64, Vec<u8>)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .map(|(g, grp)| {
+                let mut b = grp.lock().bits.clone();
+                seal_bitmap(&mut b);
+                (self.bitmap_start + g as u64, b)
+            })
+            .collect()
+    }
+
+    /// Start an operation's allocation context: lock the groups holding
+    /// `frees` and enough groups (starting at `goal`'s) to allocate `need`
+    /// blocks. ENOSPC if the file system does not have `need` free blocks.
+    pub fn prepare(&self, need: u64, goal: u64, frees: &[(u64, u64)]) -> Result<AllocCtx<'_>, Errno> {
+        let ngroups = self.groups.len();
+        for _attempt in 0..64 {
+            if need > 0 && self.free_total.load(Ordering::Relaxed) < need {
+                return Err(Errno::ENOSPC);
+            }
+            let mut wanted: Vec<usize> = Vec::new();
+            for &(start, len) in frees {
+                let mut b = start;
+                while b < start + len {
+                    let g = (b / BITS_PER_GROUP) as usize;
+                    if g < ngroups && !wanted.contains(&g) {
+                        wanted.push(g);
+                    }
+                    b = (g as u64 + 1) * BITS_PER_GROUP;
+                }
+            }
+            let mut promised = 0;
+            let start_g = ((goal.min(self.num_blocks.saturating_sub(1))) / BITS_PER_GROUP) as usize;
+            let mut alloc_groups = Vec::new();
+            if need > 0 {
+                for k in 0..ngroups {
+                    let g = (start_g + k) % ngroups;
+                    let f = self.free_per_group[g].load(Ordering::Relaxed);
+                    if f == 0 {
+                        continue;
+                    }
+                    alloc_groups.push(g);
+                    if !wanted.contains(&g) {
+                        wanted.push(g);
+                    }
+                    promised += f;
+                    if promised >= need {
+                        break;
+                    }
+                }
+                if promised < need {
+                    return Err(Errno::ENOSPC);
+                }
+            }
+            wanted.sort_unstable();
+            let guards: BTreeMap<usize, parking_lot::ArcMutexGuard<RawMutex, Group>> =
+                wanted.iter().map(|&g| (g, self.groups[g].lock_arc())).collect();
+            let actual: u64 = alloc_groups.iter().map(|g| self.free_per_group[*g].load(Ordering::Relaxed)).sum();
+            if actual >= need {
+                return Ok(AllocCtx {
+                    alloc: self,
+                    guards,
+                    alloc_order: alloc_groups,
+                    dirty: Vec::new(),
+                    undo: Vec::new(),
+                    done: false,
+                });
+            }
+            // Someone took the space between the look and the lock: look again.
+        }
+        Err(Errno::ENOSPC)
+    }
+
+    fn adjust(&self, g: usize, delta: i64) {
+        if delta >= 0 {
+            self.free_per_group[g].fetch_add(delta as u64, Ordering::Relaxed);
+            self.free_total.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.free_per_group[g].fetch_sub((-delta) as u64, Ordering::Relaxed);
+            self.free_total.fetch_sub((-delta) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The groups one operation holds, and what it changed in them.
+pub struct AllocCtx<'a> {
+    alloc: &'a Allocator,
+    guards: BTreeMap<usize, parking_lot::ArcMutexGuard<RawMutex, Group>>,
+    alloc_order: Vec<usize>,
+    dirty: Vec<usize>,
+    /// (block, was used) for rolling back an operation that fails.
+    undo: Vec<(u64, bool)>,
+    done: bool,
+}
+
+impl AllocCtx<'_> {
+    /// Allocate up to `count` blocks near `goal`, as runs `(start, len)`.
+    /// Returns fewer than `count` only when the locked groups are full.
+    pub fn alloc(&mut self, count: u64, goal: u64) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut left = count;
+        let goal_g = (goal / BITS_PER_GROUP) as usize;
+        let mut order = self.alloc_order.clone();
+        if let Some(p) = order.iter().position(|&g| g == goal_g) {
+            order.rotate_left(p);
+        }
+        for g in order {
+            if left == 0 {
+                break;
+            }
+            let base = g as u64 * BITS_PER_GROUP;
+            let nbits = BITS_PER_GROUP.min(self.alloc.num_blocks - base);
+            let start = if goal_g == g { goal % BITS_PER_GROUP } else { 0 };
+            let guard = self.guards.get_mut(&g).expect("allocation group is locked");
+            let mut taken = 0i64;
+            let mut i = start;
+            let mut scanned = 0;
+            while left > 0 && scanned < nbits {
+                if i >= nbits {
+                    i = 0;
+                }
+                // Skip full bytes quickly.
+                if i % 8 == 0 && i + 8 <= nbits && guard.bits[(i / 8) as usize] == 0xff {
+                    i += 8;
+                    scanned += 8;
+                    continue;
+                }
+                if !get_bit(&guard.bits, i) {
+                    set_bit(&mut guard.bits, i, true);
+                    self.undo.push((base + i, false));
+                    taken += 1;
+                    left -= 1;
+                    let blk = base + i;
+                    match runs.last_mut() {
+                        Some((s, l)) if *s + *l == blk => *l += 1,
+                        _ => runs.push((blk, 1)),
+                    }
+                }
+                i += 1;
+                scanned += 1;
+            }
+            if taken > 0 {
+                self.alloc.adjust(g, -taken);
+                if !self.dirty.contains(&g) {
+                    self.dirty.push(g);
+                }
+            }
+        }
+        runs
+    }
+
+    /// Mark `[start, start+len)` free. The groups must have been named in
+    /// `prepare`; blocks of other groups are an internal error (EIO).
+    pub fn free(&mut self, start: u64, len: u64) -> Result<(), Errno> {
+        for blk in start..start + len {
+            let g = (blk / BITS_PER_GROUP) as usize;
+            let guard = self.guards.get_mut(&g).ok_or(Errno::EIO)?;
+            let i = blk % BITS_PER_GROUP;
+            if get_bit(&guard.bits, i) {
+                set_bit(&mut guard.bits, i, false);
+                self.undo.push((blk, true));
+                self.alloc.adjust(g, 1);
+                if !self.dirty.contains(&g) {
+                    self.dirty.push(g);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The changed bitmap blocks, sealed, to add to the transaction.
+    pub fn dirty_blocks(&self) -> Vec<(u64, Vec<u8>)> {
+        self.dirty
+            .iter()
+            .map(|&g| {
+                let mut b = self.guards[&g].bits.clone();
+                debug_assert_eq!(b.len(), BLOCK_SIZE);
+                seal_bitmap(&mut b);
+                (self.alloc.bitmap_start + g as u64, b)
+            })
+            .collect()
+    }
+
+    /// The transaction finished: keep the changes and release the groups.
+    pub fn commit(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for AllocCtx<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        for &(blk, was) in self.undo.iter().rev() {
+            let g = (blk / BITS_PER_GROUP) as usize;
+            if let Some(guard) = self.guards.get_mut(&g) {
+                set_bit(&mut guard.bits, blk % BITS_PER_GROUP, was);
+                self.alloc.adjust(g, if was { -1 } else { 1 });
+            }
+        }
+    }
+}
+
+/// Build the initial bitmaps for mkfs: blocks `< used_upto` and past the
+/// end of the device are marked used.
+pub fn initial_bitmaps(num_blocks: u64, used: &[u64]) -> Vec<Vec<u8>> {
+    let ngroups = num_blocks.div_ceil(BITS_PER_GROUP);
+    let mut out = Vec::new();
+    for g in 0..ngroups {
+        let mut b = vec![0u8; BLOCK_SIZE];
+        let base = g * BITS_PER_GROUP;
+        for i in 0..BITS_PER_GROUP {
+            if base + i >= num_blocks {
+                set_bit(&mut b, i, true);
+            }
+        }
+        for &u in used {
+            if u >= base && u < base + BITS_PER_GROUP {
+                set_bit(&mut b, u - base, true);
+            }
+        }
+        out.push(b);
+    }
+    out
+}
+
+/// Whether bit `blk` is set in a group's bitmap block (for fsck).
+pub fn bit_in(bitmap: &[u8], blk: u64) -> bool {
+    get_bit(bitmap, blk % BITS_PER_GROUP)
+}
+
+/// Set or clear bit `blk` in a group's bitmap block (for fsck repair).
+pub fn set_bit_in(bitmap: &mut [u8], blk: u64, v: bool) {
+    set_bit(bitmap, blk % BITS_PER_GROUP, v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_and_rollback() {
+        let n = BITS_PER_GROUP * 2 + 100;
+        let a = Allocator::new(initial_bitmaps(n, &[0, 1, 2, 3]), 1, n);
+        assert_eq!(a.free_blocks(), n - 4);
+        {
+            let mut ctx = a.prepare(10, 0, &[]).unwrap();
+            let runs = ctx.alloc(10, 0);
+            assert_eq!(runs, vec![(4, 10)]);
+            // dropped without commit: rolled back
+        }
+        assert_eq!(a.free_blocks(), n - 4);
+        let mut ctx = a.prepare(10, 0, &[]).unwrap();
+        assert_eq!(ctx.alloc(10, 0), vec![(4, 10)]);
+        assert_eq!(ctx.dirty_blocks().len(), 1);
+        ctx.commit();
+        assert_eq!(a.free_blocks(), n - 14);
+        let mut ctx = a.prepare(0, 0, &[(5, 2)]).unwrap();
+        ctx.free(5, 2).unwrap();
+        ctx.commit();
+        assert!(!a.is_used(5));
+        assert!(a.prepare(n, 0, &[]).is_err());
+        // Spanning groups.
+        let mut ctx = a.prepare(BITS_PER_GROUP + 10, BITS_PER_GROUP, &[]).unwrap();
+        let got: u64 = ctx.alloc(BITS_PER_GROUP + 10, BITS_PER_GROUP).iter().map(|r| r.1).sum();
+        assert_eq!(got, BITS_PER_GROUP + 10);
+        ctx.commit();
+    }
+}

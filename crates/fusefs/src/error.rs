@@ -1,0 +1,106 @@
+use thiserror::Error;
+
+/// What is wrong with an image.
+#[derive(Debug, Error)]
+pub enum FormatError {
+    /// Block 0 does not carry the ptsd-fs magic.
+    #[error("not a ptsd-fs image (no ptsd-fs superblock magic in block 0)")]
+    NotPtsd,
+    /// A metadata block failed validation.
+    #[error("corrupt {what} at block {block}: {why}")]
+    Corrupt {
+        what: &'static str,
+        block: u64,
+        why: String,
+    },
+    /// The image was made by an unknown format version.
+    #[error("unsupported ptsd-fs format version {0}")]
+    Version(u32),
+    /// The image needs features this build does not know.
+    #[error("image uses unknown incompatible features {0:#x}")]
+    Features(u64),
+    /// The superblock describes more blocks than the device has.
+    #[error("file system has {fs_blocks} blocks but the device only {device_blocks}")]
+    DeviceTooSmall { fs_blocks: u64, device_blocks: u64 },
+}
+
+/// Errors of the block store under the file system (device or journal).
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The block device failed.
+    #[error("block device: {0}")]
+    Device(#[from] ptsd_blockdev::BlockError),
+    /// The journal failed.
+    #[error("journal: {0}")]
+    Journal(String),
+}
+
+/// Errors of mkfs, mount (opening a file system) and fsck.
+#[derive(Debug, Error)]
+pub enum FsError {
+    /// The image is not a valid ptsd-fs image.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The device cannot hold a file system with these parameters.
+    #[error("invalid parameters: {0}")]
+    Invalid(String),
+    /// The file system must be repaired before mounting.
+    #[error("{0}")]
+    NeedsRepair(String),
+}
+
+impl From<ptsd_blockdev::BlockError> for FsError {
+    fn from(e: ptsd_blockdev::BlockError) -> Self {
+        FsError::Store(StoreError::Device(e))
+    }
+}
+
+/// An errno returned by a file-system operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
+    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const EIO: Errno = Errno(libc::EIO);
+    pub const EPERM: Errno = Errno(libc::EPERM);
+    pub const EFBIG: Errno = Errno(libc::EFBIG);
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
+    pub const EROFS: Errno = Errno(libc::EROFS);
+    pub const ESTALE: Errno = Errno(libc::ESTALE);
+}
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+impl std::error::Error for Errno {}
+
+impl From<FormatError> for Errno {
+    fn from(e: FormatError) -> Self {
+        tracing::error!("metadata error: {e}");
+        Errno::EIO
+    }
+}
+
+impl From<StoreError> for Errno {
+    fn from(e: StoreError) -> Self {
+        tracing::error!("store error: {e}");
+        Errno::EIO
+    }
+}

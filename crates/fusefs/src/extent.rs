@@ -1,0 +1,169 @@
+//! The in-memory extent map of one file: file block → device block runs.
+
+use std::collections::BTreeMap;
+
+use crate::format::{Extent, MAX_EXTENT_LEN};
+
+/// Runs keyed by their first file block.
+#[derive(Clone, Debug, Default)]
+pub struct ExtentMap {
+    runs: BTreeMap<u64, (u64, u32, bool)>,
+    mapped: u64,
+}
+
+impl ExtentMap {
+    /// Build from stored extents (assumed non-overlapping; fsck checks).
+    pub fn from_extents(ext: &[Extent]) -> Self {
+        let mut m = ExtentMap::default();
+        for e in ext {
+            m.runs.insert(e.lblk, (e.pblk, e.len, e.unwritten));
+            m.mapped += u64::from(e.len);
+        }
+        m
+    }
+
+    /// The extents in file order.
+    pub fn to_extents(&self) -> Vec<Extent> {
+        self.runs
+            .iter()
+            .map(|(&lblk, &(pblk, len, unwritten))| Extent { lblk, pblk, len, unwritten })
+            .collect()
+    }
+
+    /// Number of runs.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// True if nothing is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Mapped blocks.
+    pub fn mapped_blocks(&self) -> u64 {
+        self.mapped
+    }
+
+    /// Where file block `lblk` lives: (device block, unwritten, blocks left
+    /// in this run from `lblk`).
+    pub fn lookup(&self, lblk: u64) -> Option<(u64, bool, u64)> {
+        let (&start, &(pblk, len, unw)) = self.runs.range(..=lblk).next_back()?;
+        if lblk < start + u64::from(len) {
+            Some((pblk + (lblk - start), unw, start + u64::from(len) - lblk))
+        } else {
+            None
+        }
+    }
+
+    /// First mapped file block at or after `lblk`, if any.
+    pub fn next_mapped(&self, lblk: u64) -> Option<u64> {
+        if self.lookup(lblk).is_some() {
+            return Some(lblk);
+        }
+        self.runs.range(lblk..).next().map(|(&s, _)| s)
+    }
+
+    /// A good device block to put file block `lblk` at: right after the run
+    /// before it.
+    pub fn goal(&self, lblk: u64) -> Option<u64> {
+        let (&start, &(pblk, len, _)) = self.runs.range(..lblk).next_back()?;
+        Some(pblk + (lblk.min(start + u64::from(len)) - start))
+    }
+
+    /// Unmap `[lblk, lblk+count)`; returns the device runs no longer used.
+    pub fn punch(&mut self, lblk: u64, count: u64) -> Vec<(u64, u64)> {
+        let end = lblk.saturating_add(count);
+        let mut freed = Vec::new();
+        // Runs that start before `lblk` but reach into the range.
+        let mut keys: Vec<u64> = Vec::new();
+        if let Some((&s, &(_, len, _))) = self.runs.range(..lblk).next_back() {
+            if s + u64::from(len) > lblk {
+                keys.push(s);
+            }
+        }
+        keys.extend(self.runs.range(lblk..end).map(|(&s, _)| s));
+        for s in keys {
+            let (pblk, len, unw) = self.runs.remove(&s).expect("run present");
+            let rend = s + u64::from(len);
+            let cut_start = s.max(lblk);
+            let cut_end = rend.min(end);
+            if s < cut_start {
+                self.runs.insert(s, (pblk, (cut_start - s) as u32, unw));
+            }
+            if cut_end < rend {
+                self.runs.insert(cut_end, (pblk + (cut_end - s), (rend - cut_end) as u32, unw));
+            }
+            freed.push((pblk + (cut_start - s), cut_end - cut_start));
+            self.mapped -= cut_end - cut_start;
+        }
+        freed
+    }
+
+    /// Map `[lblk, lblk+len)` (which must be unmapped) to `pblk..`.
+    pub fn insert(&mut self, lblk: u64, pblk: u64, len: u64, unwritten: bool) {
+        let mut lblk = lblk;
+        let mut pblk = pblk;
+        let mut len = len;
+        self.mapped += len;
+        // Merge with the run before.
+        if let Some((&s, &(p, l, u))) = self.runs.range(..lblk).next_back() {
+            if u == unwritten && s + u64::from(l) == lblk && p + u64::from(l) == pblk && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN) {
+                self.runs.remove(&s);
+                len += u64::from(l);
+                lblk = s;
+                pblk = p;
+            }
+        }
+        // Merge with the run after.
+        if let Some(&(p, l, u)) = self.runs.get(&(lblk + len)) {
+            if u == unwritten && p == pblk + len && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN) {
+                self.runs.remove(&(lblk + len));
+                len += u64::from(l);
+            }
+        }
+        while len > 0 {
+            let n = len.min(u64::from(MAX_EXTENT_LEN));
+            self.runs.insert(lblk, (pblk, n as u32, unwritten));
+            lblk += n;
+            pblk += n;
+            len -= n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn punch_splits_and_insert_merges() {
+        let mut m = ExtentMap::default();
+        m.insert(0, 100, 10, false);
+        m.insert(10, 110, 5, false);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.lookup(12), Some((112, false, 3)));
+        let freed = m.punch(3, 4);
+        assert_eq!(freed, vec![(103, 4)]);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.lookup(5), None);
+        assert_eq!(m.lookup(7), Some((107, false, 8)));
+        assert_eq!(m.mapped_blocks(), 11);
+        m.insert(3, 103, 4, false);
+        assert_eq!(m.len(), 1);
+        let freed = m.punch(0, u64::MAX);
+        assert_eq!(freed, vec![(100, 15)]);
+        assert!(m.is_empty());
+        assert_eq!(m.mapped_blocks(), 0);
+    }
+
+    #[test]
+    fn unwritten_runs_do_not_merge_with_written() {
+        let mut m = ExtentMap::default();
+        m.insert(0, 50, 4, true);
+        m.insert(4, 54, 4, false);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.goal(8), Some(58));
+        assert_eq!(m.next_mapped(9), None);
+    }
+}

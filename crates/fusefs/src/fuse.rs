@@ -1,0 +1,362 @@
+//! The `fuser` adapter: translates FUSE requests into [`FileSystem`] calls.
+//!
+//! `fuser` calls every method through `&self` from several threads
+//! ([`mount_config`] asks for `n_threads` with `clone_fd`), so requests from
+//! different processes run — and journal — concurrently.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{
+    AccessFlags, Config, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+
+use crate::error::Errno;
+use crate::filesystem::{Attr, Caller, FileSystem, SetAttr, SetTime};
+use crate::format::Ts;
+
+/// How long the kernel may cache attributes and entries. Only this process
+/// changes the file system, and the kernel drops what an operation changes.
+const TTL: Duration = Duration::from_secs(5);
+
+/// A [`FileSystem`] served over FUSE.
+pub struct FuseFs {
+    fs: Arc<FileSystem>,
+    root: u64,
+}
+
+fn errno(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.0)
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        libc::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(Ts::from_system(t)),
+    }
+}
+
+impl FuseFs {
+    /// Serve `fs`.
+    pub fn new(fs: Arc<FileSystem>) -> Self {
+        let root = fs.root();
+        Self { fs, root }
+    }
+
+    fn ino(&self, i: INodeNo) -> u64 {
+        if i.0 == 1 {
+            self.root
+        } else {
+            i.0
+        }
+    }
+
+    fn fuse_ino(&self, i: u64) -> INodeNo {
+        INodeNo(if i == self.root { 1 } else { i })
+    }
+
+    fn attr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: self.fuse_ino(a.ino),
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.atime.to_system(),
+            mtime: a.mtime.to_system(),
+            ctime: a.ctime.to_system(),
+            crtime: a.crtime.to_system(),
+            kind: kind_of(a.mode),
+            perm: (a.mode & 0o7777) as u16,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, r: Result<Attr, Errno>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry(&TTL, &self.attr(&a), Generation(a.generation)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn empty(r: Result<(), Errno>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid() }
+}
+
+impl Filesystem for FuseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let want = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO;
+        let _ = config.add_capabilities(want & config.capabilities());
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.close() {
+            tracing::error!("clean unmount failed: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(self.fs.lookup(self.ino(parent), name.as_bytes()), reply);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(self.ino(ino)) {
+            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr { mode, uid, gid, size, atime: atime.map(set_time), mtime: mtime.map(set_time) };
+        match self.fs.setattr(self.ino(ino), set) {
+            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(self.ino(ino)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        self.entry(self.fs.mknod(self.ino(parent), name.as_bytes(), mode & !umask, rdev, caller(req)), reply);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.entry(self.fs.mkdir(self.ino(parent), name.as_bytes(), mode & !umask, caller(req)), reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.unlink(self.ino(parent), name.as_bytes()), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.rmdir(self.ino(parent), name.as_bytes()), reply);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.entry(self.fs.symlink(self.ino(parent), link_name.as_bytes(), target.as_os_str().as_bytes(), caller(req)), reply);
+    }
+
+    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        Self::empty(self.fs.rename(self.ino(parent), name.as_bytes(), self.ino(newparent), newname.as_bytes(), flags.bits()), reply);
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.entry(self.fs.link(self.ino(ino), self.ino(newparent), newname.as_bytes()), reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(self.ino(ino)) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+        match self.fs.read(self.ino(ino), offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+        match self.fs.write(self.ino(ino), offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        Self::empty(self.fs.release(self.ino(ino)), reply);
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::empty(self.fs.fsync(), reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(self.ino(ino)) {
+            Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(fuser::Errno::ENOTDIR),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.fs.readdir(self.ino(ino), offset, 512) {
+            Ok(entries) => {
+                for e in entries {
+                    let kind = kind_of(u32::from(e.kind) << 12);
+                    if reply.add(self.fuse_ino(e.ino), e.next, kind, OsStr::from_bytes(&e.name)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let dir = self.ino(ino);
+        match self.fs.readdir(dir, offset, 256) {
+            Ok(entries) => {
+                for e in entries {
+                    let attr = match self.fs.getattr(e.ino) {
+                        Ok(a) => a,
+                        Err(_) => continue,
+                    };
+                    if reply.add(self.fuse_ino(e.ino), e.next, OsStr::from_bytes(&e.name), &TTL, &self.attr(&attr), Generation(attr.generation)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::empty(self.fs.fsync(), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+    }
+
+    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        Self::empty(self.fs.setxattr(self.ino(ino), name.as_bytes(), value, flags), reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(self.ino(ino), name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(fuser::Errno::ERANGE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(self.ino(ino)) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(fuser::Errno::ERANGE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.removexattr(self.ino(ino), name.as_bytes()), reply);
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // The kernel checks permissions (default_permissions); this only
+        // says whether the inode exists.
+        Self::empty(self.fs.getattr(self.ino(ino)).map(|_| ()), reply);
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+        match self.fs.create(self.ino(parent), name.as_bytes(), mode & !umask, caller(req)) {
+            Ok(a) => reply.created(&TTL, &self.attr(&a), Generation(a.generation), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        Self::empty(self.fs.fallocate(self.ino(ino), offset, length, mode), reply);
+    }
+}
+
+/// Options for [`mount_config`].
+#[derive(Clone, Debug)]
+pub struct MountOpts {
+    /// Let other users use the mount (needs `user_allow_other` for non-root).
+    pub allow_other: bool,
+    /// FUSE worker threads.
+    pub threads: usize,
+    /// Source name shown in /proc/mounts.
+    pub fsname: String,
+    /// Unmount when the daemon exits (through fusermount3).
+    pub auto_unmount: bool,
+}
+
+impl Default for MountOpts {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        Self { allow_other: false, threads: (cpus * 2).clamp(2, 16), fsname: "ptsd".into(), auto_unmount: false }
+    }
+}
+
+/// The `fuser` configuration ptsd-fs mounts with.
+pub fn mount_config(o: &MountOpts) -> Config {
+    let mut c = Config::default();
+    c.mount_options = vec![
+        MountOption::FSName(o.fsname.clone()),
+        MountOption::Subtype("ptsd".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    if o.auto_unmount {
+        c.mount_options.push(MountOption::AutoUnmount);
+    }
+    c.acl = if o.allow_other { SessionACL::All } else if o.auto_unmount { SessionACL::RootAndOwner } else { SessionACL::Owner };
+    c.n_threads = Some(o.threads.max(1));
+    c.clone_fd = true;
+    c
+}

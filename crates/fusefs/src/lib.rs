@@ -1,0 +1,38 @@
+//! ptsd-fs: a POSIX file system for FUSE whose every change is one
+//! all-or-nothing journal transaction.
+//!
+//! The home location is any [`ptsd_blockdev::BlockDevice`]. The layers:
+//! [`format`] (on-device structures, all checksummed), [`alloc`] (per-group
+//! bitmaps), [`dir`] (hash-indexed directories), [`filesystem`] (the
+//! operations, each one transaction on a [`store::Store`]), [`fuse`] (the
+//! `fuser` adapter), [`fsck`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ptsd_blockdev::MemDevice;
+//! use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions};
+//!
+//! let dev = Arc::new(MemDevice::new(4096, 1024).unwrap());
+//! let store = Arc::new(DirectStore::new(dev).unwrap());
+//! mkfs(&*store, &MkfsOptions::default()).unwrap();
+//! let fs = FileSystem::mount(store).unwrap();
+//! let root = fs.root();
+//! let f = fs.create(root, b"hello", 0o644, Caller::default()).unwrap();
+//! fs.write(f.ino, 0, b"world").unwrap();
+//! assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"world");
+//! fs.release(f.ino).unwrap();
+//! fs.close().unwrap();
+//! ```
+
+pub mod alloc;
+pub mod dir;
+pub mod error;
+pub mod extent;
+pub mod filesystem;
+pub mod format;
+pub mod fuse;
+pub mod store;
+
+pub use error::{Errno, FormatError, FsError, StoreError};
+pub use filesystem::{mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, SetAttr, SetTime, StatFs, RENAME_EXCHANGE, RENAME_NOREPLACE};
+pub use store::{DirectStore, Store, StoreTxn};

@@ -1,0 +1,112 @@
+//! The block store the file system writes through.
+//!
+//! Everything above this module changes the image only with
+//! [`Store::begin`] → [`StoreTxn::write`]… → [`StoreTxn::finish`]: one
+//! all-or-nothing transaction per file-system operation. [`Store::sync`]
+//! makes every finished transaction durable (fsync). The mounted file system
+//! uses the journal store (`JournalStore`); [`DirectStore`] writes straight to
+//! the device and serves mkfs, fsck and unit tests, where no crash safety is
+//! needed.
+
+use std::sync::Arc;
+
+use ptsd_blockdev::BlockDevice;
+
+use crate::error::StoreError;
+use crate::format::BLOCK_SIZE;
+
+/// A block store with all-or-nothing multi-block transactions.
+pub trait Store: Send + Sync {
+    /// Blocks in the store.
+    fn num_blocks(&self) -> u64;
+    /// Read the newest finished version of one block.
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError>;
+    /// Start a transaction. Dropping it unfinished aborts it.
+    fn begin(&self) -> Box<dyn StoreTxn + '_>;
+    /// Make every finished transaction durable.
+    fn sync(&self) -> Result<(), StoreError>;
+    /// Write every finished transaction to its home location and flush the
+    /// device, so the device alone holds the whole file system.
+    fn checkpoint(&self) -> Result<(), StoreError>;
+    /// Write block 0 (the superblock) straight to the device and flush. The
+    /// superblock is never journaled.
+    fn write_super(&self, block: &[u8]) -> Result<(), StoreError>;
+    /// Checkpoint and release the store (clean unmount).
+    fn close(&self) -> Result<(), StoreError>;
+    /// One line saying what this store is and how durable it is.
+    fn describe(&self) -> String;
+}
+
+/// One open transaction.
+pub trait StoreTxn {
+    /// Add a full block to the transaction.
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError>;
+    /// Make the transaction visible (and part of the next sync) as a whole.
+    fn finish(self: Box<Self>) -> Result<(), StoreError>;
+}
+
+/// Writes straight to the device: each transaction's blocks are written at
+/// `finish`. Not crash-safe; for mkfs, fsck and tests.
+pub struct DirectStore {
+    dev: Arc<dyn BlockDevice>,
+}
+
+impl DirectStore {
+    /// A store over `dev`, whose block size must be [`BLOCK_SIZE`].
+    pub fn new(dev: Arc<dyn BlockDevice>) -> Result<Self, StoreError> {
+        if dev.block_size() as usize != BLOCK_SIZE {
+            return Err(StoreError::Device(ptsd_blockdev::BlockError::InvalidConfig(format!(
+                "device block size {} is not {BLOCK_SIZE}",
+                dev.block_size()
+            ))));
+        }
+        Ok(Self { dev })
+    }
+}
+
+struct DirectTxn<'a> {
+    dev: &'a dyn BlockDevice,
+    writes: Vec<(u64, Vec<u8>)>,
+}
+
+impl StoreTxn for DirectTxn<'_> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        ptsd_blockdev::check_request(self.dev, blk, data.len())?;
+        self.writes.push((blk, data.to_vec()));
+        Ok(())
+    }
+    fn finish(self: Box<Self>) -> Result<(), StoreError> {
+        for (blk, data) in &self.writes {
+            self.dev.write(*blk, data)?;
+        }
+        Ok(())
+    }
+}
+
+impl Store for DirectStore {
+    fn num_blocks(&self) -> u64 {
+        self.dev.num_blocks()
+    }
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        Ok(self.dev.read(blk, buf)?)
+    }
+    fn begin(&self) -> Box<dyn StoreTxn + '_> {
+        Box::new(DirectTxn { dev: &*self.dev, writes: Vec::new() })
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(self.dev.flush()?)
+    }
+    fn checkpoint(&self) -> Result<(), StoreError> {
+        self.sync()
+    }
+    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+        self.dev.write(0, block)?;
+        Ok(self.dev.flush()?)
+    }
+    fn close(&self) -> Result<(), StoreError> {
+        self.sync()
+    }
+    fn describe(&self) -> String {
+        "direct device writes (no journal, not crash-safe)".into()
+    }
+}
