@@ -3,6 +3,8 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod fs;
+
 #[derive(Parser)]
 #[command(
     name = "ptsd",
@@ -18,6 +20,14 @@ struct Cli {
 enum Command {
     /// Print the version and exit.
     Version,
+    /// Format a device or image file with ptsd-fs.
+    Mkfs(fs::MkfsArgs),
+    /// Check (and with --repair, fix) an unmounted ptsd-fs.
+    Fsck(fs::FsckArgs),
+    /// Mount ptsd-fs with FUSE (with no options: the embedded default device).
+    Mount(fs::MountArgs),
+    /// Unmount a ptsd-fs mount and wait for its clean shutdown.
+    Umount(fs::UmountArgs),
 }
 
 fn main() -> Result<()> {
@@ -25,9 +35,16 @@ fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    if let Some(r) = fs::mount_helper_main() {
+        return r;
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Version => println!("ptsd {}", env!("CARGO_PKG_VERSION")),
+        Command::Mkfs(a) => fs::mkfs_cmd(&a)?,
+        Command::Fsck(a) => fs::fsck_cmd(&a)?,
+        Command::Mount(a) => fs::mount_cmd(&a)?,
+        Command::Umount(a) => fs::umount_cmd(&a)?,
     }
     Ok(())
 }

@@ -53,7 +53,10 @@ impl Allocator {
             free_per_group.push(AtomicU64::new(free));
         }
         Self {
-            groups: bitmaps.into_iter().map(|bits| Arc::new(Mutex::new(Group { bits }))).collect(),
+            groups: bitmaps
+                .into_iter()
+                .map(|bits| Arc::new(Mutex::new(Group { bits })))
+                .collect(),
             free_per_group,
             free_total: AtomicU64::new(total),
             bitmap_start,
@@ -91,7 +94,12 @@ impl Allocator {
     /// Start an operation's allocation context: lock the groups holding
     /// `frees` and enough groups (starting at `goal`'s) to allocate `need`
     /// blocks. ENOSPC if the file system does not have `need` free blocks.
-    pub fn prepare(&self, need: u64, goal: u64, frees: &[(u64, u64)]) -> Result<AllocCtx<'_>, Errno> {
+    pub fn prepare(
+        &self,
+        need: u64,
+        goal: u64,
+        frees: &[(u64, u64)],
+    ) -> Result<AllocCtx<'_>, Errno> {
         let ngroups = self.groups.len();
         for _attempt in 0..64 {
             if need > 0 && self.free_total.load(Ordering::Relaxed) < need {
@@ -132,9 +140,14 @@ impl Allocator {
                 }
             }
             wanted.sort_unstable();
-            let guards: BTreeMap<usize, parking_lot::ArcMutexGuard<RawMutex, Group>> =
-                wanted.iter().map(|&g| (g, self.groups[g].lock_arc())).collect();
-            let actual: u64 = alloc_groups.iter().map(|g| self.free_per_group[*g].load(Ordering::Relaxed)).sum();
+            let guards: BTreeMap<usize, parking_lot::ArcMutexGuard<RawMutex, Group>> = wanted
+                .iter()
+                .map(|&g| (g, self.groups[g].lock_arc()))
+                .collect();
+            let actual: u64 = alloc_groups
+                .iter()
+                .map(|g| self.free_per_group[*g].load(Ordering::Relaxed))
+                .sum();
             if actual >= need {
                 return Ok(AllocCtx {
                     alloc: self,
@@ -156,7 +169,8 @@ impl Allocator {
             self.free_total.fetch_add(delta as u64, Ordering::Relaxed);
         } else {
             self.free_per_group[g].fetch_sub((-delta) as u64, Ordering::Relaxed);
-            self.free_total.fetch_sub((-delta) as u64, Ordering::Relaxed);
+            self.free_total
+                .fetch_sub((-delta) as u64, Ordering::Relaxed);
         }
     }
 }
@@ -189,7 +203,11 @@ impl AllocCtx<'_> {
             }
             let base = g as u64 * BITS_PER_GROUP;
             let nbits = BITS_PER_GROUP.min(self.alloc.num_blocks - base);
-            let start = if goal_g == g { goal % BITS_PER_GROUP } else { 0 };
+            let start = if goal_g == g {
+                goal % BITS_PER_GROUP
+            } else {
+                0
+            };
             let guard = self.guards.get_mut(&g).expect("allocation group is locked");
             let mut taken = 0i64;
             let mut i = start;
@@ -342,7 +360,11 @@ mod tests {
         assert!(a.prepare(n, 0, &[]).is_err());
         // Spanning groups.
         let mut ctx = a.prepare(BITS_PER_GROUP + 10, BITS_PER_GROUP, &[]).unwrap();
-        let got: u64 = ctx.alloc(BITS_PER_GROUP + 10, BITS_PER_GROUP).iter().map(|r| r.1).sum();
+        let got: u64 = ctx
+            .alloc(BITS_PER_GROUP + 10, BITS_PER_GROUP)
+            .iter()
+            .map(|r| r.1)
+            .sum();
         assert_eq!(got, BITS_PER_GROUP + 10);
         ctx.commit();
     }

@@ -45,27 +45,44 @@ pub struct DirIndex {
 impl DirIndex {
     /// An empty directory.
     pub fn new() -> Self {
-        DirIndex { next_pos: FIRST_POS, ..Default::default() }
+        DirIndex {
+            next_pos: FIRST_POS,
+            ..Default::default()
+        }
     }
 
     /// Build from the decoded directory blocks, in block order.
     pub fn from_blocks(blocks: Vec<Vec<RawDirent>>) -> Result<Self, String> {
         let mut d = DirIndex::new();
         for (bi, entries) in blocks.into_iter().enumerate() {
-            let mut blk = DirBlock { used: DIR_HEADER, positions: Vec::with_capacity(entries.len()) };
+            let mut blk = DirBlock {
+                used: DIR_HEADER,
+                positions: Vec::with_capacity(entries.len()),
+            };
             for e in entries {
                 if e.pos < FIRST_POS || d.by_pos.contains_key(&e.pos) {
                     return Err(format!("bad or duplicate entry position {}", e.pos));
                 }
                 let name: Box<[u8]> = e.name.into_boxed_slice();
                 if d.by_name.contains_key(&name) {
-                    return Err(format!("duplicate entry {:?}", String::from_utf8_lossy(&name)));
+                    return Err(format!(
+                        "duplicate entry {:?}",
+                        String::from_utf8_lossy(&name)
+                    ));
                 }
                 blk.used += dirent_size(name.len());
                 blk.positions.push(e.pos);
                 d.next_pos = d.next_pos.max(e.pos + 1);
                 d.by_pos.insert(e.pos, name.clone());
-                d.by_name.insert(name, DirEnt { ino: e.ino, kind: e.kind, pos: e.pos, blk: bi as u32 });
+                d.by_name.insert(
+                    name,
+                    DirEnt {
+                        ino: e.ino,
+                        kind: e.kind,
+                        pos: e.pos,
+                        blk: bi as u32,
+                    },
+                );
             }
             if BLOCK_SIZE - blk.used >= ROOMY {
                 d.roomy.push(bi as u32);
@@ -115,7 +132,10 @@ impl DirIndex {
 
     /// Add an empty directory block; returns its number.
     pub fn push_block(&mut self) -> u32 {
-        self.blocks.push(DirBlock { used: DIR_HEADER, positions: Vec::new() });
+        self.blocks.push(DirBlock {
+            used: DIR_HEADER,
+            positions: Vec::new(),
+        });
         (self.blocks.len() - 1) as u32
     }
 
@@ -124,7 +144,12 @@ impl DirIndex {
     pub fn add(&mut self, name: &[u8], ino: u64, kind: u8, blk: u32) -> DirEnt {
         let pos = self.next_pos;
         self.next_pos += 1;
-        let e = DirEnt { ino, kind, pos, blk };
+        let e = DirEnt {
+            ino,
+            kind,
+            pos,
+            blk,
+        };
         let b = &mut self.blocks[blk as usize];
         b.used += dirent_size(name.len());
         b.positions.push(pos);
@@ -172,7 +197,9 @@ impl DirIndex {
 
     /// Entries with position `>= from`, in position order.
     pub fn iter_from(&self, from: u64) -> impl Iterator<Item = (&[u8], DirEnt)> + '_ {
-        self.by_pos.range(from..).map(|(_, name)| (&name[..], self.by_name[name]))
+        self.by_pos
+            .range(from..)
+            .map(|(_, name)| (&name[..], self.by_name[name]))
     }
 }
 

@@ -26,7 +26,12 @@ impl ExtentMap {
     pub fn to_extents(&self) -> Vec<Extent> {
         self.runs
             .iter()
-            .map(|(&lblk, &(pblk, len, unwritten))| Extent { lblk, pblk, len, unwritten })
+            .map(|(&lblk, &(pblk, len, unwritten))| Extent {
+                lblk,
+                pblk,
+                len,
+                unwritten,
+            })
             .collect()
     }
 
@@ -92,7 +97,10 @@ impl ExtentMap {
                 self.runs.insert(s, (pblk, (cut_start - s) as u32, unw));
             }
             if cut_end < rend {
-                self.runs.insert(cut_end, (pblk + (cut_end - s), (rend - cut_end) as u32, unw));
+                self.runs.insert(
+                    cut_end,
+                    (pblk + (cut_end - s), (rend - cut_end) as u32, unw),
+                );
             }
             freed.push((pblk + (cut_start - s), cut_end - cut_start));
             self.mapped -= cut_end - cut_start;
@@ -108,7 +116,11 @@ impl ExtentMap {
         self.mapped += len;
         // Merge with the run before.
         if let Some((&s, &(p, l, u))) = self.runs.range(..lblk).next_back() {
-            if u == unwritten && s + u64::from(l) == lblk && p + u64::from(l) == pblk && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN) {
+            if u == unwritten
+                && s + u64::from(l) == lblk
+                && p + u64::from(l) == pblk
+                && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN)
+            {
                 self.runs.remove(&s);
                 len += u64::from(l);
                 lblk = s;
@@ -117,7 +129,8 @@ impl ExtentMap {
         }
         // Merge with the run after.
         if let Some(&(p, l, u)) = self.runs.get(&(lblk + len)) {
-            if u == unwritten && p == pblk + len && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN) {
+            if u == unwritten && p == pblk + len && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN)
+            {
                 self.runs.remove(&(lblk + len));
                 len += u64::from(l);
             }

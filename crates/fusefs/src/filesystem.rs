@@ -61,10 +61,16 @@ impl Inode {
     }
     /// Attributes for the kernel.
     pub fn attr(&self) -> Attr {
-        let blocks = self.ext.mapped_blocks() + self.overflow.len() as u64 + u64::from(self.d.xattr_blk != 0);
+        let blocks = self.ext.mapped_blocks()
+            + self.overflow.len() as u64
+            + u64::from(self.d.xattr_blk != 0);
         Attr {
             ino: self.d.ino,
-            size: if self.d.mode & S_IFMT == S_IFLNK { self.d.symlink.len() as u64 } else { self.d.size },
+            size: if self.d.mode & S_IFMT == S_IFLNK {
+                self.d.symlink.len() as u64
+            } else {
+                self.d.size
+            },
             blocks: blocks * (BS / 512),
             atime: self.d.atime,
             mtime: self.d.mtime,
@@ -180,7 +186,9 @@ fn check_name(name: &[u8]) -> Result<(), Errno> {
 }
 
 fn overflow_blocks_for(extents: usize) -> usize {
-    extents.saturating_sub(INLINE_EXTENTS).div_ceil(OVERFLOW_EXTENTS)
+    extents
+        .saturating_sub(INLINE_EXTENTS)
+        .div_ceil(OVERFLOW_EXTENTS)
 }
 
 /// Extra blocks an inode's extent list may need after gaining `added` runs.
@@ -190,7 +198,12 @@ fn ext_slack(g: &Inode, added: usize) -> u64 {
 
 /// Every device block an inode owns (for freeing it).
 fn owned_runs(g: &Inode) -> Vec<(u64, u64)> {
-    let mut v: Vec<(u64, u64)> = g.ext.to_extents().iter().map(|e| (e.pblk, u64::from(e.len))).collect();
+    let mut v: Vec<(u64, u64)> = g
+        .ext
+        .to_extents()
+        .iter()
+        .map(|e| (e.pblk, u64::from(e.len)))
+        .collect();
     v.extend(g.overflow.iter().map(|&b| (b, 1)));
     if g.d.xattr_blk != 0 {
         v.push((g.d.xattr_blk, 1));
@@ -202,7 +215,11 @@ fn owned_runs(g: &Inode) -> Vec<(u64, u64)> {
 /// Serialize an inode (and its extent overflow chain) into `w`, allocating
 /// overflow blocks from `ctx` if the extent list grew.
 fn put_inode(g: &mut Inode, ctx: Option<&mut AllocCtx<'_>>, w: &mut Writes) -> Result<(), Errno> {
-    let ext = if g.d.mode & S_IFMT == S_IFLNK { Vec::new() } else { g.ext.to_extents() };
+    let ext = if g.d.mode & S_IFMT == S_IFLNK {
+        Vec::new()
+    } else {
+        g.ext.to_extents()
+    };
     let need = overflow_blocks_for(ext.len());
     if need > g.overflow.len() {
         let ctx = ctx.ok_or(Errno::ENOSPC)?;
@@ -220,7 +237,11 @@ fn put_inode(g: &mut Inode, ctx: Option<&mut AllocCtx<'_>>, w: &mut Writes) -> R
     g.d.inline_extents = ext.iter().take(INLINE_EXTENTS).copied().collect();
     g.d.overflow = g.overflow.first().copied().unwrap_or(0);
     w.insert(g.d.ino, g.d.encode());
-    let rest = if ext.len() > INLINE_EXTENTS { &ext[INLINE_EXTENTS..] } else { &[][..] };
+    let rest = if ext.len() > INLINE_EXTENTS {
+        &ext[INLINE_EXTENTS..]
+    } else {
+        &[][..]
+    };
     for (i, &blk) in g.overflow.iter().enumerate() {
         let lo = (i * OVERFLOW_EXTENTS).min(rest.len());
         let hi = ((i + 1) * OVERFLOW_EXTENTS).min(rest.len());
@@ -246,7 +267,14 @@ fn dir_need(g: &mut Inode, name_len: usize) -> u64 {
 }
 
 /// Add an entry to directory `g`; space was reserved with [`dir_need`].
-fn dir_add(g: &mut Inode, name: &[u8], ino: u64, kind: u8, ctx: &mut AllocCtx<'_>, w: &mut Writes) -> Result<DirEnt, Errno> {
+fn dir_add(
+    g: &mut Inode,
+    name: &[u8],
+    ino: u64,
+    kind: u8,
+    ctx: &mut AllocCtx<'_>,
+    w: &mut Writes,
+) -> Result<DirEnt, Errno> {
     let dir = g.dir.as_mut().ok_or(Errno::EIO)?;
     let blk = match dir.find_slot(name.len()) {
         Some(b) => b,
@@ -278,7 +306,12 @@ struct Held {
 
 impl Held {
     fn get(&mut self, ino: u64) -> &mut Inode {
-        &mut self.guards.iter_mut().find(|(i, _)| *i == ino).expect("inode is locked").1
+        &mut self
+            .guards
+            .iter_mut()
+            .find(|(i, _)| *i == ino)
+            .expect("inode is locked")
+            .1
     }
     fn has(&self, ino: u64) -> bool {
         self.guards.iter().any(|(i, _)| *i == ino)
@@ -322,16 +355,29 @@ impl FileSystem {
             closed: AtomicBool::new(false),
             orphans_freed: 0,
         };
-        for (what, ino) in [("root directory", sb.root_ino), ("orphan directory", sb.orphan_ino)] {
-            let i = fs.get(ino).map_err(|e| FsError::NeedsRepair(format!("cannot load the {what} (inode {ino}): {e}")))?;
+        for (what, ino) in [
+            ("root directory", sb.root_ino),
+            ("orphan directory", sb.orphan_ino),
+        ] {
+            let i = fs.get(ino).map_err(|e| {
+                FsError::NeedsRepair(format!("cannot load the {what} (inode {ino}): {e}"))
+            })?;
             let mut g = i.lock();
             if !g.is_dir() {
-                return Err(FormatError::Corrupt { what: "inode", block: ino, why: format!("the {what} is not a directory") }.into());
+                return Err(FormatError::Corrupt {
+                    what: "inode",
+                    block: ino,
+                    why: format!("the {what} is not a directory"),
+                }
+                .into());
             }
-            fs.ensure_dir(&mut g).map_err(|e| FsError::NeedsRepair(format!("cannot read the {what}: {e}")))?;
+            fs.ensure_dir(&mut g)
+                .map_err(|e| FsError::NeedsRepair(format!("cannot read the {what}: {e}")))?;
         }
         store.write_super(&sb.encode())?;
-        fs.orphans_freed = fs.free_orphans().map_err(|e| FsError::NeedsRepair(format!("freeing orphan inodes: {e}")))?;
+        fs.orphans_freed = fs
+            .free_orphans()
+            .map_err(|e| FsError::NeedsRepair(format!("freeing orphan inodes: {e}")))?;
         Ok(fs)
     }
 
@@ -387,7 +433,9 @@ impl FileSystem {
         let d = match DiskInode::decode(&b, ino) {
             Ok(d) => d,
             // A stale number whose block now holds something else.
-            Err(FormatError::Corrupt { why, .. }) if why == "bad magic" => return Err(Errno::ENOENT),
+            Err(FormatError::Corrupt { why, .. }) if why == "bad magic" => {
+                return Err(Errno::ENOENT)
+            }
             Err(e) => return Err(e.into()),
         };
         let mut extents = d.inline_extents.clone();
@@ -395,7 +443,12 @@ impl FileSystem {
         let mut next = d.overflow;
         while next != 0 {
             if overflow.len() > (d.nextents as usize) + 1 || next >= num_blocks {
-                return Err(FormatError::Corrupt { what: "inode", block: ino, why: "extent chain too long".into() }.into());
+                return Err(FormatError::Corrupt {
+                    what: "inode",
+                    block: ino,
+                    why: "extent chain too long".into(),
+                }
+                .into());
             }
             let ob = self.read_block(next)?;
             let (n, ext) = decode_overflow(&ob, next, ino)?;
@@ -404,9 +457,22 @@ impl FileSystem {
             next = n;
         }
         if extents.len() != d.nextents as usize {
-            return Err(FormatError::Corrupt { what: "inode", block: ino, why: format!("{} extents stored, {} expected", extents.len(), d.nextents) }.into());
+            return Err(FormatError::Corrupt {
+                what: "inode",
+                block: ino,
+                why: format!("{} extents stored, {} expected", extents.len(), d.nextents),
+            }
+            .into());
         }
-        Ok(Inode { ext: ExtentMap::from_extents(&extents), d, overflow, dir: None, xattrs: None, open_count: 0, freed: false })
+        Ok(Inode {
+            ext: ExtentMap::from_extents(&extents),
+            d,
+            overflow,
+            dir: None,
+            xattrs: None,
+            open_count: 0,
+            freed: false,
+        })
     }
 
     /// The cached inode `ino`, loading it on first use.
@@ -478,13 +544,22 @@ impl FileSystem {
         let mut blocks = Vec::with_capacity(nblocks as usize);
         for lblk in 0..nblocks {
             let (pblk, _, _) = g.ext.lookup(lblk).ok_or_else(|| {
-                Errno::from(FormatError::Corrupt { what: "directory", block: g.d.ino, why: format!("hole at block {lblk}") })
+                Errno::from(FormatError::Corrupt {
+                    what: "directory",
+                    block: g.d.ino,
+                    why: format!("hole at block {lblk}"),
+                })
             })?;
             let b = self.read_block(pblk)?;
             blocks.push(decode_dir_block(&b, pblk, g.d.ino)?);
         }
-        let idx = DirIndex::from_blocks(blocks)
-            .map_err(|why| Errno::from(FormatError::Corrupt { what: "directory", block: g.d.ino, why }))?;
+        let idx = DirIndex::from_blocks(blocks).map_err(|why| {
+            Errno::from(FormatError::Corrupt {
+                what: "directory",
+                block: g.d.ino,
+                why,
+            })
+        })?;
         g.dir = Some(idx);
         Ok(())
     }
@@ -551,7 +626,15 @@ impl FileSystem {
             inline_extents: Vec::new(),
             symlink: Vec::new(),
         };
-        Inode { d, ext: ExtentMap::default(), overflow: Vec::new(), dir: None, xattrs: None, open_count: 0, freed: false }
+        Inode {
+            d,
+            ext: ExtentMap::default(),
+            overflow: Vec::new(),
+            dir: None,
+            xattrs: None,
+            open_count: 0,
+            freed: false,
+        }
     }
 
     // ---------------------------------------------------------------- queries
@@ -570,7 +653,11 @@ impl FileSystem {
             if name == b".." {
                 p.d.parent
             } else {
-                p.dir.as_ref().and_then(|d| d.get(name)).ok_or(Errno::ENOENT)?.ino
+                p.dir
+                    .as_ref()
+                    .and_then(|d| d.get(name))
+                    .ok_or(Errno::ENOENT)?
+                    .ino
             }
         };
         self.getattr(ino)
@@ -597,17 +684,32 @@ impl FileSystem {
         self.ensure_dir(&mut g)?;
         let mut out = Vec::new();
         if offset < 1 {
-            out.push(DirEntry { ino, next: 1, kind: (S_IFDIR >> 12) as u8, name: b".".to_vec() });
+            out.push(DirEntry {
+                ino,
+                next: 1,
+                kind: (S_IFDIR >> 12) as u8,
+                name: b".".to_vec(),
+            });
         }
         if offset < 2 {
-            out.push(DirEntry { ino: g.d.parent, next: 2, kind: (S_IFDIR >> 12) as u8, name: b"..".to_vec() });
+            out.push(DirEntry {
+                ino: g.d.parent,
+                next: 2,
+                kind: (S_IFDIR >> 12) as u8,
+                name: b"..".to_vec(),
+            });
         }
         let dir = g.dir.as_ref().ok_or(Errno::EIO)?;
         for (name, e) in dir.iter_from(offset.max(FIRST_POS)) {
             if out.len() >= max {
                 break;
             }
-            out.push(DirEntry { ino: e.ino, next: e.pos + 1, kind: e.kind, name: name.to_vec() });
+            out.push(DirEntry {
+                ino: e.ino,
+                next: e.pos + 1,
+                kind: e.kind,
+                name: name.to_vec(),
+            });
         }
         Ok(out)
     }
@@ -616,7 +718,14 @@ impl FileSystem {
     pub fn statfs(&self) -> StatFs {
         let sb = self.sb.lock();
         let free = self.alloc.free_blocks();
-        StatFs { blocks: sb.num_blocks, bfree: free, files: sb.num_blocks - sb.data_start, ffree: free, bsize: BLOCK_SIZE as u32, namelen: NAME_MAX as u32 }
+        StatFs {
+            blocks: sb.num_blocks,
+            bfree: free,
+            files: sb.num_blocks - sb.data_start,
+            ffree: free,
+            bsize: BLOCK_SIZE as u32,
+            namelen: NAME_MAX as u32,
+        }
     }
 
     /// Read up to `size` bytes at `offset`.
@@ -648,7 +757,17 @@ impl FileSystem {
 
     // ---------------------------------------------------------------- creation
 
-    fn create_node(&self, parent: u64, name: &[u8], mode: u32, rdev: u32, who: Caller, symlink: Option<&[u8]>, open: bool) -> Result<Attr, Errno> {
+    #[allow(clippy::too_many_arguments)]
+    fn create_node(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        who: Caller,
+        symlink: Option<&[u8]>,
+        open: bool,
+    ) -> Result<Attr, Errno> {
         self.writable()?;
         check_name(name)?;
         if let Some(t) = symlink {
@@ -673,7 +792,11 @@ impl FileSystem {
         }
         let need = 1 + dir_need(&mut p, name.len());
         let mut ctx = self.alloc.prepare(need, parent, &[])?;
-        let ino = ctx.alloc(1, parent + 1).first().map(|r| r.0).ok_or(Errno::ENOSPC)?;
+        let ino = ctx
+            .alloc(1, parent + 1)
+            .first()
+            .map(|r| r.0)
+            .ok_or(Errno::ENOSPC)?;
         let now = Ts::now();
         // setgid directories pass their group on.
         let mut who = who;
@@ -707,7 +830,9 @@ impl FileSystem {
         put_inode(&mut p, Some(&mut ctx), &mut w)?;
         put_inode(&mut node, None, &mut w)?;
         let attr = node.attr();
-        self.shard(ino).lock().insert(ino, Arc::new(Mutex::new(node)));
+        self.shard(ino)
+            .lock()
+            .insert(ino, Arc::new(Mutex::new(node)));
         if let Err(e) = self.commit(w, Some(ctx)) {
             self.forget_freed(ino);
             return Err(e);
@@ -716,7 +841,14 @@ impl FileSystem {
     }
 
     /// Create a node (regular file, fifo, socket, device).
-    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32, rdev: u32, who: Caller) -> Result<Attr, Errno> {
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
         let t = mode & S_IFMT;
         let mode = if t == 0 { mode | S_IFREG } else { mode };
         if mode & S_IFMT == S_IFDIR || mode & S_IFMT == S_IFLNK {
@@ -732,11 +864,25 @@ impl FileSystem {
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, who: Caller) -> Result<Attr, Errno> {
-        self.create_node(parent, name, (mode & !S_IFMT) | S_IFDIR, 0, who, None, false)
+        self.create_node(
+            parent,
+            name,
+            (mode & !S_IFMT) | S_IFDIR,
+            0,
+            who,
+            None,
+            false,
+        )
     }
 
     /// Create a symlink.
-    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], who: Caller) -> Result<Attr, Errno> {
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        who: Caller,
+    ) -> Result<Attr, Errno> {
         self.create_node(parent, name, S_IFLNK | 0o777, 0, who, Some(target), false)
     }
 
@@ -801,7 +947,17 @@ impl FileSystem {
         }
     }
 
-    fn drop_link(&self, held: &mut Held, child: u64, orphan: u64, ctx: &mut AllocCtx<'_>, w: &mut Writes, now: Ts, freed: &mut Vec<u64>) -> Result<(), Errno> {
+    #[allow(clippy::too_many_arguments)]
+    fn drop_link(
+        &self,
+        held: &mut Held,
+        child: u64,
+        orphan: u64,
+        ctx: &mut AllocCtx<'_>,
+        w: &mut Writes,
+        now: Ts,
+        freed: &mut Vec<u64>,
+    ) -> Result<(), Errno> {
         let c = held.get(child);
         let last = c.is_dir() || c.d.nlink <= 1;
         c.d.ctime = now;
@@ -845,7 +1001,10 @@ impl FileSystem {
             let e = {
                 let p = held.get(parent);
                 self.ensure_dir(p)?;
-                p.dir.as_ref().and_then(|d| d.get(name)).ok_or(Errno::ENOENT)?
+                p.dir
+                    .as_ref()
+                    .and_then(|d| d.get(name))
+                    .ok_or(Errno::ENOENT)?
             };
             if !self.try_add(&mut held, e.ino)? {
                 drop(held);
@@ -939,9 +1098,18 @@ impl FileSystem {
 
     /// Rename `parent/name` to `newparent/newname`, with
     /// [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`].
-    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Result<(), Errno> {
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<(), Errno> {
         self.writable()?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
             return Err(Errno::EINVAL);
         }
         if name.len() > NAME_MAX {
@@ -957,8 +1125,17 @@ impl FileSystem {
             let mut held = self.lock_sorted(&[parent, newparent])?;
             self.ensure_dir(held.get(parent))?;
             self.ensure_dir(held.get(newparent))?;
-            let src = held.get(parent).dir.as_ref().and_then(|d| d.get(name)).ok_or(Errno::ENOENT)?;
-            let dst = held.get(newparent).dir.as_ref().and_then(|d| d.get(newname));
+            let src = held
+                .get(parent)
+                .dir
+                .as_ref()
+                .and_then(|d| d.get(name))
+                .ok_or(Errno::ENOENT)?;
+            let dst = held
+                .get(newparent)
+                .dir
+                .as_ref()
+                .and_then(|d| d.get(newname));
             if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
                 return Err(Errno::EEXIST);
             }
@@ -985,7 +1162,14 @@ impl FileSystem {
             // A directory may not move below itself.
             if parent != newparent {
                 let mut retry = false;
-                for (moving, is_dir, into) in [(src.ino, src_dir, newparent), (dst.map(|d| d.ino).unwrap_or(0), dst_dir.unwrap_or(false) && flags & RENAME_EXCHANGE != 0, parent)] {
+                for (moving, is_dir, into) in [
+                    (src.ino, src_dir, newparent),
+                    (
+                        dst.map(|d| d.ino).unwrap_or(0),
+                        dst_dir.unwrap_or(false) && flags & RENAME_EXCHANGE != 0,
+                        parent,
+                    ),
+                ] {
                     if !is_dir {
                         continue;
                     }
@@ -1009,8 +1193,16 @@ impl FileSystem {
             if flags & RENAME_EXCHANGE != 0 {
                 let dst = dst.ok_or(Errno::ENOENT)?;
                 let dst_dir = dst_dir.unwrap_or(false);
-                held.get(parent).dir.as_mut().ok_or(Errno::EIO)?.retarget(name, dst.ino, dst.kind);
-                held.get(newparent).dir.as_mut().ok_or(Errno::EIO)?.retarget(newname, src.ino, src.kind);
+                held.get(parent)
+                    .dir
+                    .as_mut()
+                    .ok_or(Errno::EIO)?
+                    .retarget(name, dst.ino, dst.kind);
+                held.get(newparent)
+                    .dir
+                    .as_mut()
+                    .ok_or(Errno::EIO)?
+                    .retarget(newname, src.ino, src.kind);
                 put_dir_block(held.get(parent), src.blk, &mut w)?;
                 put_dir_block(held.get(newparent), dst.blk, &mut w)?;
                 if parent != newparent {
@@ -1075,10 +1267,20 @@ impl FileSystem {
                 need += dir_need(o, 20);
             }
             let mut ctx = self.alloc.prepare(need, newparent, &frees)?;
-            held.get(parent).dir.as_mut().ok_or(Errno::EIO)?.remove(name);
+            held.get(parent)
+                .dir
+                .as_mut()
+                .ok_or(Errno::EIO)?
+                .remove(name);
             put_dir_block(held.get(parent), src.blk, &mut w)?;
             if let Some(d) = dst {
-                let e = held.get(newparent).dir.as_mut().ok_or(Errno::EIO)?.retarget(newname, src.ino, src.kind).ok_or(Errno::EIO)?;
+                let e = held
+                    .get(newparent)
+                    .dir
+                    .as_mut()
+                    .ok_or(Errno::EIO)?
+                    .retarget(newname, src.ino, src.kind)
+                    .ok_or(Errno::EIO)?;
                 put_dir_block(held.get(newparent), e.blk, &mut w)?;
                 let mut freed = Vec::new();
                 let dst_dir = dst_dir.unwrap_or(false);
@@ -1086,22 +1288,43 @@ impl FileSystem {
                 if dst_dir {
                     held.get(newparent).d.nlink -= 1;
                 }
-                self.commit_rename_tail(&mut held, src.ino, src_dir, parent, newparent, now, &mut ctx, &mut w)?;
+                self.commit_rename_tail(
+                    &mut held, src.ino, src_dir, parent, newparent, now, &mut ctx, &mut w,
+                )?;
                 self.commit(w, Some(ctx))?;
                 for f in freed {
                     self.forget_freed(f);
                 }
                 return Ok(());
             }
-            dir_add(held.get(newparent), newname, src.ino, src.kind, &mut ctx, &mut w)?;
-            self.commit_rename_tail(&mut held, src.ino, src_dir, parent, newparent, now, &mut ctx, &mut w)?;
+            dir_add(
+                held.get(newparent),
+                newname,
+                src.ino,
+                src.kind,
+                &mut ctx,
+                &mut w,
+            )?;
+            self.commit_rename_tail(
+                &mut held, src.ino, src_dir, parent, newparent, now, &mut ctx, &mut w,
+            )?;
             self.commit(w, Some(ctx))?;
             return Ok(());
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn commit_rename_tail(&self, held: &mut Held, src: u64, src_dir: bool, parent: u64, newparent: u64, now: Ts, ctx: &mut AllocCtx<'_>, w: &mut Writes) -> Result<(), Errno> {
+    fn commit_rename_tail(
+        &self,
+        held: &mut Held,
+        src: u64,
+        src_dir: bool,
+        parent: u64,
+        newparent: u64,
+        now: Ts,
+        ctx: &mut AllocCtx<'_>,
+        w: &mut Writes,
+    ) -> Result<(), Errno> {
         if src_dir && parent != newparent {
             held.get(src).d.parent = newparent;
             held.get(parent).d.nlink -= 1;
@@ -1135,7 +1358,9 @@ impl FileSystem {
                 Some(a) => a.clone(),
                 None => return Ok(()),
             };
-            let mut held = Held { guards: vec![(ino, arc.lock_arc())] };
+            let mut held = Held {
+                guards: vec![(ino, arc.lock_arc())],
+            };
             let g = held.get(ino);
             if g.freed {
                 return Ok(());
@@ -1159,7 +1384,12 @@ impl FileSystem {
             let frees = owned_runs(held.get(ino));
             let mut ctx = self.alloc.prepare(0, 0, &frees)?;
             let mut w = Writes::new();
-            if let Some(e) = held.get(orphan).dir.as_mut().and_then(|d| d.remove(name.as_bytes())) {
+            if let Some(e) = held
+                .get(orphan)
+                .dir
+                .as_mut()
+                .and_then(|d| d.remove(name.as_bytes()))
+            {
                 put_dir_block(held.get(orphan), e.blk, &mut w)?;
             }
             for (s, l) in frees {
@@ -1178,11 +1408,23 @@ impl FileSystem {
         let mut n = 0;
         for e in entries {
             let arc = Arc::new(Mutex::new(self.load(e.ino)?));
-            let mut held = Held { guards: vec![(orphan, self.lock(orphan)?), (e.ino, arc.lock_arc())] };
-            let frees = if held.get(e.ino).d.nlink == 0 { owned_runs(held.get(e.ino)) } else { Vec::new() };
+            let mut held = Held {
+                guards: vec![(orphan, self.lock(orphan)?), (e.ino, arc.lock_arc())],
+            };
+            let frees = if held.get(e.ino).d.nlink == 0 {
+                owned_runs(held.get(e.ino))
+            } else {
+                Vec::new()
+            };
             let mut ctx = self.alloc.prepare(0, 0, &frees)?;
             let mut w = Writes::new();
-            let blk = held.get(orphan).dir.as_mut().and_then(|d| d.remove(&e.name)).ok_or(Errno::EIO)?.blk;
+            let blk = held
+                .get(orphan)
+                .dir
+                .as_mut()
+                .and_then(|d| d.remove(&e.name))
+                .ok_or(Errno::EIO)?
+                .blk;
             put_dir_block(held.get(orphan), blk, &mut w)?;
             for (s, l) in frees {
                 ctx.free(s, l)?;
@@ -1230,10 +1472,23 @@ impl FileSystem {
                 }
             }
         }
-        let added_runs = if missing > 0 { missing.min(64) as usize + 2 } else { 0 } + converts;
-        let need = missing + if added_runs > 0 { ext_slack(&g, added_runs.max(missing as usize)) } else { 0 };
+        let added_runs = if missing > 0 {
+            missing.min(64) as usize + 2
+        } else {
+            0
+        } + converts;
+        let need = missing
+            + if added_runs > 0 {
+                ext_slack(&g, added_runs.max(missing as usize))
+            } else {
+                0
+            };
         let goal = g.ext.goal(first).unwrap_or(ino + 1);
-        let mut ctx = if need > 0 { Some(self.alloc.prepare(need, goal, &[])?) } else { None };
+        let mut ctx = if need > 0 {
+            Some(self.alloc.prepare(need, goal, &[])?)
+        } else {
+            None
+        };
         let mut w = Writes::new();
         let mut buf = vec![0u8; BLOCK_SIZE];
         for lblk in first..=last {
@@ -1276,7 +1531,8 @@ impl FileSystem {
             }
             let o = (lo - offset) as usize;
             let n = (hi - lo) as usize;
-            buf[(lo - bstart) as usize..(lo - bstart) as usize + n].copy_from_slice(&data[o..o + n]);
+            buf[(lo - bstart) as usize..(lo - bstart) as usize + n]
+                .copy_from_slice(&data[o..o + n]);
             w.insert(pblk, buf.clone());
         }
         let now = Ts::now();
@@ -1396,7 +1652,10 @@ impl FileSystem {
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
-        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+        if mode
+            & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE)
+            != 0
+        {
             return Err(Errno::EOPNOTSUPP);
         }
         if punch && (!keep || zero) {
@@ -1424,10 +1683,22 @@ impl FileSystem {
             // Zero partial edges, unmap whole blocks (zero range then
             // re-reserves them as unwritten).
             let whole = end_whole.saturating_sub(first_whole);
-            let frees = if whole > 0 { Self::runs_in(&g.ext, first_whole, whole) } else { Vec::new() };
+            let frees = if whole > 0 {
+                Self::runs_in(&g.ext, first_whole, whole)
+            } else {
+                Vec::new()
+            };
             let realloc = if zero { whole } else { 0 };
-            let slack = if realloc > 0 { ext_slack(&g, realloc.min(64) as usize + 2) } else { 0 };
-            let mut ctx = self.alloc.prepare(realloc + slack, g.ext.goal(first_whole).unwrap_or(ino + 1), &frees)?;
+            let slack = if realloc > 0 {
+                ext_slack(&g, realloc.min(64) as usize + 2)
+            } else {
+                0
+            };
+            let mut ctx = self.alloc.prepare(
+                realloc + slack,
+                g.ext.goal(first_whole).unwrap_or(ino + 1),
+                &frees,
+            )?;
             if first_whole * BS > offset || whole == 0 {
                 let a = offset;
                 let b = end.min((offset / BS + 1) * BS);
@@ -1480,8 +1751,14 @@ impl FileSystem {
             }
         }
         let missing: u64 = holes.iter().map(|h| h.1).sum();
-        let slack = if missing > 0 { ext_slack(&g, holes.len() + 64) } else { 0 };
-        let mut ctx = self.alloc.prepare(missing + slack, g.ext.goal(first).unwrap_or(ino + 1), &[])?;
+        let slack = if missing > 0 {
+            ext_slack(&g, holes.len() + 64)
+        } else {
+            0
+        };
+        let mut ctx =
+            self.alloc
+                .prepare(missing + slack, g.ext.goal(first).unwrap_or(ino + 1), &[])?;
         for (mut lblk, count) in holes {
             let stop = lblk + count;
             while lblk < stop {
@@ -1546,7 +1823,12 @@ impl FileSystem {
         if flags & libc::XATTR_REPLACE != 0 && !exists {
             return Err(Errno::ENODATA);
         }
-        let total: usize = map.iter().filter(|(k, _)| k.as_slice() != name).map(|(k, v)| xattr_size(k.len(), v.len())).sum::<usize>() + xattr_size(name.len(), value.len());
+        let total: usize = map
+            .iter()
+            .filter(|(k, _)| k.as_slice() != name)
+            .map(|(k, v)| xattr_size(k.len(), v.len()))
+            .sum::<usize>()
+            + xattr_size(name.len(), value.len());
         if total > XATTR_SPACE {
             return Err(Errno::ENOSPC);
         }
@@ -1556,11 +1838,17 @@ impl FileSystem {
             g.d.xattr_blk = c.alloc(1, ino + 1).first().ok_or(Errno::ENOSPC)?.0;
             ctx = Some(c);
         }
-        g.xattrs.as_mut().ok_or(Errno::EIO)?.insert(name.to_vec(), value.to_vec());
+        g.xattrs
+            .as_mut()
+            .ok_or(Errno::EIO)?
+            .insert(name.to_vec(), value.to_vec());
         g.d.ctime = Ts::now();
         let mut w = Writes::new();
         let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-        w.insert(g.d.xattr_blk, encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))));
+        w.insert(
+            g.d.xattr_blk,
+            encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
+        );
         put_inode(&mut g, None, &mut w)?;
         self.commit(w, ctx)
     }
@@ -1569,7 +1857,11 @@ impl FileSystem {
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>, Errno> {
         let mut g = self.lock(ino)?;
         self.ensure_xattrs(&mut g)?;
-        g.xattrs.as_ref().and_then(|m| m.get(name)).cloned().ok_or(Errno::ENODATA)
+        g.xattrs
+            .as_ref()
+            .and_then(|m| m.get(name))
+            .cloned()
+            .ok_or(Errno::ENODATA)
     }
 
     /// xattr names, each followed by a NUL byte.
@@ -1603,7 +1895,10 @@ impl FileSystem {
             ctx = Some(c);
         } else {
             let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-            w.insert(g.d.xattr_blk, encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))));
+            w.insert(
+                g.d.xattr_blk,
+                encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
+            );
         }
         put_inode(&mut g, None, &mut w)?;
         self.commit(w, ctx)
@@ -1629,10 +1924,15 @@ pub struct MkfsOptions {
 pub fn mkfs(store: &dyn Store, opts: &MkfsOptions) -> Result<Superblock, FsError> {
     let n = opts.blocks.unwrap_or(store.num_blocks());
     if n > store.num_blocks() {
-        return Err(FsError::Invalid(format!("{n} blocks requested but the device has {}", store.num_blocks())));
+        return Err(FsError::Invalid(format!(
+            "{n} blocks requested but the device has {}",
+            store.num_blocks()
+        )));
     }
     if n < 64 {
-        return Err(FsError::Invalid(format!("device too small: {n} blocks of {BLOCK_SIZE} bytes (need at least 64)")));
+        return Err(FsError::Invalid(format!(
+            "device too small: {n} blocks of {BLOCK_SIZE} bytes (need at least 64)"
+        )));
     }
     let bitmap_blocks = n.div_ceil(BITS_PER_GROUP);
     let data_start = 1 + bitmap_blocks;
@@ -1660,11 +1960,17 @@ pub fn mkfs(store: &dyn Store, opts: &MkfsOptions) -> Result<Superblock, FsError
     };
     let used: Vec<u64> = (0..data_start + 2).collect();
     let mut tx = store.begin();
-    for (i, mut bm) in crate::alloc::initial_bitmaps(n, &used).into_iter().enumerate() {
+    for (i, mut bm) in crate::alloc::initial_bitmaps(n, &used)
+        .into_iter()
+        .enumerate()
+    {
         seal_bitmap(&mut bm);
         tx.write(1 + i as u64, &bm)?;
     }
-    for (ino, parent, mode) in [(root, root, S_IFDIR | 0o755), (orphan, orphan, S_IFDIR | 0o700)] {
+    for (ino, parent, mode) in [
+        (root, root, S_IFDIR | 0o755),
+        (orphan, orphan, S_IFDIR | 0o700),
+    ] {
         let d = DiskInode {
             ino,
             generation: 0,

@@ -95,13 +95,25 @@ fn seal(b: &mut [u8], at: usize) {
 
 fn check(b: &[u8], at: usize, magic: u32, what: &'static str, blk: u64) -> Result<(), FormatError> {
     if b.len() != BLOCK_SIZE {
-        return Err(FormatError::Corrupt { what, block: blk, why: "wrong block length".into() });
+        return Err(FormatError::Corrupt {
+            what,
+            block: blk,
+            why: "wrong block length".into(),
+        });
     }
     if get_u32(b, 0) != magic {
-        return Err(FormatError::Corrupt { what, block: blk, why: "bad magic".into() });
+        return Err(FormatError::Corrupt {
+            what,
+            block: blk,
+            why: "bad magic".into(),
+        });
     }
     if get_u32(b, at) != block_crc(b, at) {
-        return Err(FormatError::Corrupt { what, block: blk, why: "checksum mismatch".into() });
+        return Err(FormatError::Corrupt {
+            what,
+            block: blk,
+            why: "checksum mismatch".into(),
+        });
     }
     Ok(())
 }
@@ -179,18 +191,30 @@ impl Superblock {
             mkfs_time: get_u64(b, 104),
             gen_seed: get_u64(b, 112),
         };
-        let bad = |why: String| FormatError::Corrupt { what: "superblock", block: 0, why };
+        let bad = |why: String| FormatError::Corrupt {
+            what: "superblock",
+            block: 0,
+            why,
+        };
         if sb.version != VERSION {
             return Err(FormatError::Version(sb.version));
         }
         if sb.features_incompat & !FEATURES_INCOMPAT_KNOWN != 0 {
-            return Err(FormatError::Features(sb.features_incompat & !FEATURES_INCOMPAT_KNOWN));
+            return Err(FormatError::Features(
+                sb.features_incompat & !FEATURES_INCOMPAT_KNOWN,
+            ));
         }
         if sb.block_size as usize != BLOCK_SIZE {
-            return Err(bad(format!("block size {} (expected {BLOCK_SIZE})", sb.block_size)));
+            return Err(bad(format!(
+                "block size {} (expected {BLOCK_SIZE})",
+                sb.block_size
+            )));
         }
         if sb.num_blocks > device_blocks {
-            return Err(FormatError::DeviceTooSmall { fs_blocks: sb.num_blocks, device_blocks });
+            return Err(FormatError::DeviceTooSmall {
+                fs_blocks: sb.num_blocks,
+                device_blocks,
+            });
         }
         if sb.bitmap_start != 1
             || sb.bitmap_blocks != sb.num_blocks.div_ceil(BITS_PER_GROUP)
@@ -242,13 +266,22 @@ impl Ts {
     /// Convert from a `SystemTime`.
     pub fn from_system(t: std::time::SystemTime) -> Self {
         match t.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Ok(d) => Ts {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
             Err(e) => {
                 let d = e.duration();
                 if d.subsec_nanos() == 0 {
-                    Ts { sec: -(d.as_secs() as i64), nsec: 0 }
+                    Ts {
+                        sec: -(d.as_secs() as i64),
+                        nsec: 0,
+                    }
                 } else {
-                    Ts { sec: -(d.as_secs() as i64) - 1, nsec: 1_000_000_000 - d.subsec_nanos() }
+                    Ts {
+                        sec: -(d.as_secs() as i64) - 1,
+                        nsec: 1_000_000_000 - d.subsec_nanos(),
+                    }
                 }
             }
         }
@@ -280,7 +313,11 @@ pub const MAX_EXTENT_LEN: u32 = UNWRITTEN_BIT - 1;
 
 fn put_extent(b: &mut [u8], o: usize, e: &Extent) {
     put_u32(b, o, e.lblk as u32);
-    put_u32(b, o + 4, e.len | if e.unwritten { UNWRITTEN_BIT } else { 0 });
+    put_u32(
+        b,
+        o + 4,
+        e.len | if e.unwritten { UNWRITTEN_BIT } else { 0 },
+    );
     put_u64(b, o + 8, e.pblk);
 }
 fn get_extent(b: &[u8], o: usize) -> Extent {
@@ -333,7 +370,10 @@ impl DiskInode {
         put_u32(&mut b, 32, self.gid);
         put_u32(&mut b, 36, self.nlink);
         put_u64(&mut b, 40, self.size);
-        for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime].iter().enumerate() {
+        for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime]
+            .iter()
+            .enumerate()
+        {
             put_u64(&mut b, 48 + i * 12, t.sec as u64);
             put_u32(&mut b, 56 + i * 12, t.nsec);
         }
@@ -359,13 +399,20 @@ impl DiskInode {
     /// Decode and validate the inode block `ino`.
     pub fn decode(b: &[u8], ino: u64) -> Result<Self, FormatError> {
         check(b, 4, INODE_MAGIC, "inode", ino)?;
-        let bad = |why: String| FormatError::Corrupt { what: "inode", block: ino, why };
+        let bad = |why: String| FormatError::Corrupt {
+            what: "inode",
+            block: ino,
+            why,
+        };
         if get_u64(b, 8) != ino {
             return Err(bad(format!("block claims to be inode {}", get_u64(b, 8))));
         }
         let mut t = [Ts::default(); 4];
         for (i, slot) in t.iter_mut().enumerate() {
-            *slot = Ts { sec: get_u64(b, 48 + i * 12) as i64, nsec: get_u32(b, 56 + i * 12) };
+            *slot = Ts {
+                sec: get_u64(b, 48 + i * 12) as i64,
+                nsec: get_u32(b, 56 + i * 12),
+            };
         }
         let nextents = get_u32(b, 120);
         let symlen = get_u32(b, 136) as usize;
@@ -423,7 +470,11 @@ pub fn encode_overflow(owner: u64, next: u64, extents: &[Extent]) -> Vec<u8> {
 /// Decode an extent overflow block: (next block, extents).
 pub fn decode_overflow(b: &[u8], blk: u64, owner: u64) -> Result<(u64, Vec<Extent>), FormatError> {
     check(b, 4, OVERFLOW_MAGIC, "extent block", blk)?;
-    let bad = |why: String| FormatError::Corrupt { what: "extent block", block: blk, why };
+    let bad = |why: String| FormatError::Corrupt {
+        what: "extent block",
+        block: blk,
+        why,
+    };
     if get_u64(b, 8) != owner {
         return Err(bad(format!("owned by {} not inode {owner}", get_u64(b, 8))));
     }
@@ -431,7 +482,9 @@ pub fn decode_overflow(b: &[u8], blk: u64, owner: u64) -> Result<(u64, Vec<Exten
     if n > OVERFLOW_EXTENTS {
         return Err(bad(format!("{n} extents")));
     }
-    let ext = (0..n).map(|i| get_extent(b, OVERFLOW_HEADER + i * EXTENT_SIZE)).collect();
+    let ext = (0..n)
+        .map(|i| get_extent(b, OVERFLOW_HEADER + i * EXTENT_SIZE))
+        .collect();
     Ok((get_u64(b, 16), ext))
 }
 
@@ -452,7 +505,10 @@ pub const fn dirent_size(name_len: usize) -> usize {
 }
 
 /// Encode a directory block holding `entries` (their sizes must fit).
-pub fn encode_dir_block<'a>(owner: u64, entries: impl Iterator<Item = (u64, u64, u8, &'a [u8])>) -> Vec<u8> {
+pub fn encode_dir_block<'a>(
+    owner: u64,
+    entries: impl Iterator<Item = (u64, u64, u8, &'a [u8])>,
+) -> Vec<u8> {
     let mut b = vec![0u8; BLOCK_SIZE];
     put_u32(&mut b, 0, DIR_MAGIC);
     put_u64(&mut b, 8, owner);
@@ -476,9 +532,16 @@ pub fn encode_dir_block<'a>(owner: u64, entries: impl Iterator<Item = (u64, u64,
 /// Decode a directory block.
 pub fn decode_dir_block(b: &[u8], blk: u64, owner: u64) -> Result<Vec<RawDirent>, FormatError> {
     check(b, 4, DIR_MAGIC, "directory block", blk)?;
-    let bad = |why: String| FormatError::Corrupt { what: "directory block", block: blk, why };
+    let bad = |why: String| FormatError::Corrupt {
+        what: "directory block",
+        block: blk,
+        why,
+    };
     if get_u64(b, 8) != owner {
-        return Err(bad(format!("owned by {} not directory {owner}", get_u64(b, 8))));
+        return Err(bad(format!(
+            "owned by {} not directory {owner}",
+            get_u64(b, 8)
+        )));
     }
     let count = get_u16(b, 16) as usize;
     let end = get_u16(b, 18) as usize;
@@ -499,11 +562,19 @@ pub fn decode_dir_block(b: &[u8], blk: u64, owner: u64) -> Result<Vec<RawDirent>
         if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
             return Err(bad("invalid entry name".into()));
         }
-        out.push(RawDirent { pos: get_u64(b, o), ino: get_u64(b, o + 8), kind: b[o + 16], name });
+        out.push(RawDirent {
+            pos: get_u64(b, o),
+            ino: get_u64(b, o + 8),
+            kind: b[o + 16],
+            name,
+        });
         o += dirent_size(len);
     }
     Ok(out)
 }
+
+/// One extended attribute: name and value.
+pub type Xattr = (Vec<u8>, Vec<u8>);
 
 /// Encode an xattr block.
 pub fn encode_xattrs<'a>(owner: u64, attrs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
@@ -531,9 +602,13 @@ pub fn xattr_size(name_len: usize, value_len: usize) -> usize {
 }
 
 /// Decode an xattr block.
-pub fn decode_xattrs(b: &[u8], blk: u64, owner: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, FormatError> {
+pub fn decode_xattrs(b: &[u8], blk: u64, owner: u64) -> Result<Vec<Xattr>, FormatError> {
     check(b, 4, XATTR_MAGIC, "xattr block", blk)?;
-    let bad = |why: String| FormatError::Corrupt { what: "xattr block", block: blk, why };
+    let bad = |why: String| FormatError::Corrupt {
+        what: "xattr block",
+        block: blk,
+        why,
+    };
     if get_u64(b, 8) != owner {
         return Err(bad(format!("owned by {} not inode {owner}", get_u64(b, 8))));
     }
@@ -549,7 +624,10 @@ pub fn decode_xattrs(b: &[u8], blk: u64, owner: u64) -> Result<Vec<(Vec<u8>, Vec
         if nl == 0 || o + 3 + nl + vl > BLOCK_SIZE {
             return Err(bad("entry past the block".into()));
         }
-        out.push((b[o + 3..o + 3 + nl].to_vec(), b[o + 3 + nl..o + 3 + nl + vl].to_vec()));
+        out.push((
+            b[o + 3..o + 3 + nl].to_vec(),
+            b[o + 3 + nl..o + 3 + nl + vl].to_vec(),
+        ));
         o += 3 + nl + vl;
     }
     Ok(out)
@@ -570,7 +648,10 @@ mod tests {
             nlink: 1,
             size: 12345,
             atime: Ts { sec: -5, nsec: 7 },
-            mtime: Ts { sec: 1_700_000_000, nsec: 999_999_999 },
+            mtime: Ts {
+                sec: 1_700_000_000,
+                nsec: 999_999_999,
+            },
             ctime: Ts::default(),
             crtime: Ts::default(),
             rdev: 0,
@@ -579,20 +660,34 @@ mod tests {
             parent: 0,
             nextents: 1,
             overflow: 0,
-            inline_extents: vec![Extent { lblk: 0, pblk: 100, len: 4, unwritten: true }],
+            inline_extents: vec![Extent {
+                lblk: 0,
+                pblk: 100,
+                len: 4,
+                unwritten: true,
+            }],
             symlink: vec![],
         };
         let mut b = ino.encode();
         assert_eq!(DiskInode::decode(&b, 77).unwrap(), ino);
         assert!(DiskInode::decode(&b, 78).is_err());
         b[200] ^= 1;
-        assert!(matches!(DiskInode::decode(&b, 77), Err(FormatError::Corrupt { .. })));
+        assert!(matches!(
+            DiskInode::decode(&b, 77),
+            Err(FormatError::Corrupt { .. })
+        ));
     }
 
     #[test]
     fn dir_block_round_trip() {
         let names: Vec<Vec<u8>> = (0..10).map(|i| format!("file{i}").into_bytes()).collect();
-        let b = encode_dir_block(9, names.iter().enumerate().map(|(i, n)| (i as u64 + 3, 100 + i as u64, 8u8, n.as_slice())));
+        let b = encode_dir_block(
+            9,
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (i as u64 + 3, 100 + i as u64, 8u8, n.as_slice())),
+        );
         let d = decode_dir_block(&b, 50, 9).unwrap();
         assert_eq!(d.len(), 10);
         assert_eq!(d[3].name, b"file3");
@@ -602,7 +697,10 @@ mod tests {
 
     #[test]
     fn superblock_rejects_garbage() {
-        assert!(matches!(Superblock::decode(&[0u8; BLOCK_SIZE], 100), Err(FormatError::NotPtsd)));
+        assert!(matches!(
+            Superblock::decode(&[0u8; BLOCK_SIZE], 100),
+            Err(FormatError::NotPtsd)
+        ));
     }
 
     #[test]

@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{
-    AccessFlags, Config, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    AccessFlags, Config, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 
 use crate::error::Errno;
@@ -106,12 +109,18 @@ impl FuseFs {
 }
 
 fn caller(req: &Request) -> Caller {
-    Caller { uid: req.uid(), gid: req.gid() }
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
 }
 
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let want = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO;
+        let want = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ASYNC_DIO;
         let _ = config.add_capabilities(want & config.capabilities());
         Ok(())
     }
@@ -151,7 +160,14 @@ impl Filesystem for FuseFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = SetAttr { mode, uid, gid, size, atime: atime.map(set_time), mtime: mtime.map(set_time) };
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+        };
         match self.fs.setattr(self.ino(ino), set) {
             Ok(a) => reply.attr(&TTL, &self.attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -165,12 +181,46 @@ impl Filesystem for FuseFs {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        self.entry(self.fs.mknod(self.ino(parent), name.as_bytes(), mode & !umask, rdev, caller(req)), reply);
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs.mknod(
+                self.ino(parent),
+                name.as_bytes(),
+                mode & !umask,
+                rdev,
+                caller(req),
+            ),
+            reply,
+        );
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.entry(self.fs.mkdir(self.ino(parent), name.as_bytes(), mode & !umask, caller(req)), reply);
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs.mkdir(
+                self.ino(parent),
+                name.as_bytes(),
+                mode & !umask,
+                caller(req),
+            ),
+            reply,
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -181,16 +231,60 @@ impl Filesystem for FuseFs {
         Self::empty(self.fs.rmdir(self.ino(parent), name.as_bytes()), reply);
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.entry(self.fs.symlink(self.ino(parent), link_name.as_bytes(), target.as_os_str().as_bytes(), caller(req)), reply);
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs.symlink(
+                self.ino(parent),
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                caller(req),
+            ),
+            reply,
+        );
     }
 
-    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
-        Self::empty(self.fs.rename(self.ino(parent), name.as_bytes(), self.ino(newparent), newname.as_bytes(), flags.bits()), reply);
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(
+            self.fs.rename(
+                self.ino(parent),
+                name.as_bytes(),
+                self.ino(newparent),
+                newname.as_bytes(),
+                flags.bits(),
+            ),
+            reply,
+        );
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.link(self.ino(ino), self.ino(newparent), newname.as_bytes()), reply);
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.fs
+                .link(self.ino(ino), self.ino(newparent), newname.as_bytes()),
+            reply,
+        );
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -200,46 +294,104 @@ impl Filesystem for FuseFs {
         }
     }
 
-    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
         match self.fs.read(self.ino(ino), offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wf: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
         match self.fs.write(self.ino(ino), offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
-    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(self.fs.release(self.ino(ino)), reply);
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(self.fs.fsync(), reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.getattr(self.ino(ino)) {
-            Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => {
+                reply.opened(FileHandle(0), FopenFlags::empty())
+            }
             Ok(_) => reply.error(fuser::Errno::ENOTDIR),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         match self.fs.readdir(self.ino(ino), offset, 512) {
             Ok(entries) => {
                 for e in entries {
                     let kind = kind_of(u32::from(e.kind) << 12);
-                    if reply.add(self.fuse_ino(e.ino), e.next, kind, OsStr::from_bytes(&e.name)) {
+                    if reply.add(
+                        self.fuse_ino(e.ino),
+                        e.next,
+                        kind,
+                        OsStr::from_bytes(&e.name),
+                    ) {
                         break;
                     }
                 }
@@ -249,7 +401,14 @@ impl Filesystem for FuseFs {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
         let dir = self.ino(ino);
         match self.fs.readdir(dir, offset, 256) {
             Ok(entries) => {
@@ -258,7 +417,14 @@ impl Filesystem for FuseFs {
                         Ok(a) => a,
                         Err(_) => continue,
                     };
-                    if reply.add(self.fuse_ino(e.ino), e.next, OsStr::from_bytes(&e.name), &TTL, &self.attr(&attr), Generation(attr.generation)) {
+                    if reply.add(
+                        self.fuse_ino(e.ino),
+                        e.next,
+                        OsStr::from_bytes(&e.name),
+                        &TTL,
+                        &self.attr(&attr),
+                        Generation(attr.generation),
+                    ) {
                         break;
                     }
                 }
@@ -268,17 +434,39 @@ impl Filesystem for FuseFs {
         }
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(self.fs.fsync(), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = self.fs.statfs();
-        reply.statfs(s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+        reply.statfs(
+            s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+        );
     }
 
-    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        Self::empty(self.fs.setxattr(self.ino(ino), name.as_bytes(), value, flags), reply);
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(
+            self.fs
+                .setxattr(self.ino(ino), name.as_bytes(), value, flags),
+            reply,
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -309,15 +497,47 @@ impl Filesystem for FuseFs {
         Self::empty(self.fs.getattr(self.ino(ino)).map(|_| ()), reply);
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
-        match self.fs.create(self.ino(parent), name.as_bytes(), mode & !umask, caller(req)) {
-            Ok(a) => reply.created(&TTL, &self.attr(&a), Generation(a.generation), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.fs.create(
+            self.ino(parent),
+            name.as_bytes(),
+            mode & !umask,
+            caller(req),
+        ) {
+            Ok(a) => reply.created(
+                &TTL,
+                &self.attr(&a),
+                Generation(a.generation),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        Self::empty(self.fs.fallocate(self.ino(ino), offset, length, mode), reply);
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(
+            self.fs.fallocate(self.ino(ino), offset, length, mode),
+            reply,
+        );
     }
 }
 
@@ -336,8 +556,15 @@ pub struct MountOpts {
 
 impl Default for MountOpts {
     fn default() -> Self {
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        Self { allow_other: false, threads: (cpus * 2).clamp(2, 16), fsname: "ptsd".into(), auto_unmount: false }
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        Self {
+            allow_other: false,
+            threads: (cpus * 2).clamp(2, 16),
+            fsname: "ptsd".into(),
+            auto_unmount: false,
+        }
     }
 }
 
@@ -355,7 +582,13 @@ pub fn mount_config(o: &MountOpts) -> Config {
     if o.auto_unmount {
         c.mount_options.push(MountOption::AutoUnmount);
     }
-    c.acl = if o.allow_other { SessionACL::All } else if o.auto_unmount { SessionACL::RootAndOwner } else { SessionACL::Owner };
+    c.acl = if o.allow_other {
+        SessionACL::All
+    } else if o.auto_unmount {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
     c.n_threads = Some(o.threads.max(1));
     c.clone_fd = true;
     c

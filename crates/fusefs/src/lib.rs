@@ -30,9 +30,13 @@ pub mod error;
 pub mod extent;
 pub mod filesystem;
 pub mod format;
+pub mod fsck;
 pub mod fuse;
 pub mod store;
 
 pub use error::{Errno, FormatError, FsError, StoreError};
-pub use filesystem::{mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, SetAttr, SetTime, StatFs, RENAME_EXCHANGE, RENAME_NOREPLACE};
+pub use filesystem::{
+    mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, SetAttr, SetTime, StatFs,
+    RENAME_EXCHANGE, RENAME_NOREPLACE,
+};
 pub use store::{DirectStore, Store, StoreTxn};

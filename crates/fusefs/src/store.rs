@@ -55,10 +55,12 @@ impl DirectStore {
     /// A store over `dev`, whose block size must be [`BLOCK_SIZE`].
     pub fn new(dev: Arc<dyn BlockDevice>) -> Result<Self, StoreError> {
         if dev.block_size() as usize != BLOCK_SIZE {
-            return Err(StoreError::Device(ptsd_blockdev::BlockError::InvalidConfig(format!(
-                "device block size {} is not {BLOCK_SIZE}",
-                dev.block_size()
-            ))));
+            return Err(StoreError::Device(
+                ptsd_blockdev::BlockError::InvalidConfig(format!(
+                    "device block size {} is not {BLOCK_SIZE}",
+                    dev.block_size()
+                )),
+            ));
         }
         Ok(Self { dev })
     }
@@ -91,7 +93,10 @@ impl Store for DirectStore {
         Ok(self.dev.read(blk, buf)?)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
-        Box::new(DirectTxn { dev: &*self.dev, writes: Vec::new() })
+        Box::new(DirectTxn {
+            dev: &*self.dev,
+            writes: Vec::new(),
+        })
     }
     fn sync(&self) -> Result<(), StoreError> {
         Ok(self.dev.flush()?)

@@ -1,0 +1,475 @@
+//! fsck: walk every inode reachable from the root and orphan directories,
+//! check every checksum, entry, link count and the allocation bitmaps, and
+//! optionally repair.
+//!
+//! Repairs: entries naming unreadable or wrong-typed inodes are removed,
+//! link counts are set to the counted links, orphans (unlinked inodes kept
+//! for open files) are freed, and the bitmaps are rewritten from the blocks
+//! actually in use.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::alloc::{bit_in, set_bit_in};
+use crate::error::FsError;
+use crate::format::*;
+use crate::store::Store;
+
+/// What fsck found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// One line per problem.
+    pub problems: Vec<String>,
+    pub files: u64,
+    pub dirs: u64,
+    pub used_blocks: u64,
+    pub total_blocks: u64,
+    pub repaired: bool,
+}
+
+impl Report {
+    /// One line: clean or how many problems.
+    pub fn summary(&self) -> String {
+        let state = if self.problems.is_empty() {
+            "clean".to_string()
+        } else if self.repaired {
+            format!("{} problems, repaired", self.problems.len())
+        } else {
+            format!("{} problems (run with --repair)", self.problems.len())
+        };
+        format!(
+            "ptsd fsck: {state}; {} files, {} directories, {}/{} blocks used",
+            self.files, self.dirs, self.used_blocks, self.total_blocks
+        )
+    }
+}
+
+struct Walker<'a> {
+    store: &'a dyn Store,
+    sb: Superblock,
+    owned: Vec<u64>,
+    problems: Vec<String>,
+    writes: BTreeMap<u64, Vec<u8>>,
+    repair: bool,
+}
+
+impl Walker<'_> {
+    fn read(&self, blk: u64) -> Result<Vec<u8>, FsError> {
+        let mut b = vec![0u8; BLOCK_SIZE];
+        self.store.read(blk, &mut b)?;
+        Ok(b)
+    }
+
+    fn own(&mut self, blk: u64, what: &str) -> bool {
+        if blk < self.sb.data_start || blk >= self.sb.num_blocks {
+            self.problems
+                .push(format!("{what}: block {blk} outside the data area"));
+            return false;
+        }
+        let (w, b) = ((blk / 64) as usize, blk % 64);
+        if self.owned[w] & (1 << b) != 0 {
+            self.problems
+                .push(format!("{what}: block {blk} is used twice"));
+            return false;
+        }
+        self.owned[w] |= 1 << b;
+        true
+    }
+
+    fn is_owned(&self, blk: u64) -> bool {
+        self.owned[(blk / 64) as usize] & (1 << (blk % 64)) != 0
+    }
+}
+
+/// An inode with its full extent list and overflow chain.
+type Loaded = (DiskInode, Vec<Extent>, Vec<u64>);
+
+struct Seen {
+    mode: u32,
+    nlink: u32,
+    links: u32,
+    subdirs: u32,
+    parent_field: u64,
+    parent_seen: Option<u64>,
+    disk: DiskInode,
+}
+
+/// Check the unmounted file system on `store`; with `repair`, fix it.
+pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
+    let mut b = vec![0u8; BLOCK_SIZE];
+    store.read(0, &mut b)?;
+    let sb = Superblock::decode(&b, store.num_blocks())?;
+    let mut w = Walker {
+        store: &*store,
+        owned: vec![0u64; sb.num_blocks.div_ceil(64) as usize],
+        sb: sb.clone(),
+        problems: Vec::new(),
+        writes: BTreeMap::new(),
+        repair,
+    };
+    let mut seen: HashMap<u64, Seen> = HashMap::new();
+    let mut queue: VecDeque<u64> = VecDeque::new();
+    let mut report = Report {
+        total_blocks: sb.num_blocks,
+        ..Default::default()
+    };
+    let mut orphans = Vec::new();
+
+    // Load one inode and everything it owns. None: unreadable.
+    let load = |w: &mut Walker<'_>, ino: u64| -> Result<Option<Loaded>, FsError> {
+        if ino < w.sb.data_start || ino >= w.sb.num_blocks {
+            return Ok(None);
+        }
+        let b = w.read(ino)?;
+        let d = match DiskInode::decode(&b, ino) {
+            Ok(d) => d,
+            Err(e) => {
+                w.problems.push(format!("inode {ino}: {e}"));
+                return Ok(None);
+            }
+        };
+        let mut ext = d.inline_extents.clone();
+        let mut chain = Vec::new();
+        let mut next = d.overflow;
+        while next != 0 {
+            if chain.len() as u64 > u64::from(d.nextents) + 1 || next >= w.sb.num_blocks {
+                w.problems
+                    .push(format!("inode {ino}: extent chain is broken"));
+                return Ok(None);
+            }
+            match decode_overflow(&w.read(next)?, next, ino) {
+                Ok((n, e)) => {
+                    chain.push(next);
+                    ext.extend(e);
+                    next = n;
+                }
+                Err(e) => {
+                    w.problems.push(format!("inode {ino}: {e}"));
+                    return Ok(None);
+                }
+            }
+        }
+        if ext.len() != d.nextents as usize {
+            w.problems.push(format!(
+                "inode {ino}: {} extents found, {} recorded",
+                ext.len(),
+                d.nextents
+            ));
+            return Ok(None);
+        }
+        Ok(Some((d, ext, chain)))
+    };
+
+    for special in [sb.root_ino, sb.orphan_ino] {
+        match load(&mut w, special)? {
+            Some((d, ext, chain)) => {
+                w.own(special, "directory");
+                for e in &ext {
+                    for k in 0..u64::from(e.len) {
+                        w.own(e.pblk + k, &format!("inode {special} data"));
+                    }
+                }
+                for c in chain {
+                    w.own(c, &format!("inode {special} extents"));
+                }
+                if d.xattr_blk != 0 {
+                    w.own(d.xattr_blk, &format!("inode {special} xattrs"));
+                }
+                seen.insert(
+                    special,
+                    Seen {
+                        mode: d.mode,
+                        nlink: d.nlink,
+                        links: 0,
+                        subdirs: 0,
+                        parent_field: d.parent,
+                        parent_seen: Some(special),
+                        disk: d,
+                    },
+                );
+                queue.push_back(special);
+            }
+            None => {
+                return Err(FsError::NeedsRepair(format!(
+                    "the {} directory (inode {special}) is unreadable; cannot repair",
+                    if special == sb.root_ino {
+                        "root"
+                    } else {
+                        "orphan"
+                    }
+                )))
+            }
+        }
+    }
+
+    while let Some(dir) = queue.pop_front() {
+        report.dirs += 1;
+        let d = seen[&dir].disk.clone();
+        let mut ext = d.inline_extents.clone();
+        // Reload the full extent list (overflow included).
+        if let Some((_, e, _)) = load(&mut w, dir)? {
+            ext = e;
+        }
+        let map = crate::extent::ExtentMap::from_extents(&ext);
+        for lblk in 0..d.size / BLOCK_SIZE as u64 {
+            let Some((pblk, _, _)) = map.lookup(lblk) else {
+                w.problems
+                    .push(format!("directory {dir}: hole at block {lblk}"));
+                continue;
+            };
+            let raw = w.read(pblk)?;
+            let entries = match decode_dir_block(&raw, pblk, dir) {
+                Ok(e) => e,
+                Err(e) => {
+                    w.problems.push(format!("directory {dir}: {e}"));
+                    if w.repair {
+                        w.writes
+                            .insert(pblk, encode_dir_block(dir, std::iter::empty()));
+                    }
+                    continue;
+                }
+            };
+            let mut keep = Vec::new();
+            let mut changed = false;
+            for e in entries {
+                let name = String::from_utf8_lossy(&e.name).into_owned();
+                if let Some(s) = seen.get_mut(&e.ino) {
+                    let is_dir = s.mode & libc::S_IFMT == libc::S_IFDIR;
+                    if is_dir {
+                        w.problems.push(format!(
+                            "directory {dir}: entry {name:?} is a second link to directory {}",
+                            e.ino
+                        ));
+                        changed = true;
+                        continue;
+                    }
+                    s.links += 1;
+                    keep.push(e);
+                    continue;
+                }
+                match load(&mut w, e.ino)? {
+                    None => {
+                        w.problems.push(format!(
+                            "directory {dir}: entry {name:?} names unreadable inode {}",
+                            e.ino
+                        ));
+                        changed = true;
+                    }
+                    Some((di, ext, chain)) => {
+                        if ((di.mode & libc::S_IFMT) >> 12) as u8 != e.kind {
+                            w.problems.push(format!("directory {dir}: entry {name:?} has type {} but inode {} has mode {:o}", e.kind, e.ino, di.mode));
+                        }
+                        let mut ok = w.own(e.ino, &format!("inode {}", e.ino));
+                        for x in &ext {
+                            for k in 0..u64::from(x.len) {
+                                ok &= w.own(x.pblk + k, &format!("inode {} data", e.ino));
+                            }
+                        }
+                        for c in chain {
+                            ok &= w.own(c, &format!("inode {} extents", e.ino));
+                        }
+                        if di.xattr_blk != 0 {
+                            ok &= w.own(di.xattr_blk, &format!("inode {} xattrs", e.ino));
+                            if let Err(err) =
+                                decode_xattrs(&w.read(di.xattr_blk)?, di.xattr_blk, e.ino)
+                            {
+                                w.problems.push(format!("inode {}: {err}", e.ino));
+                            }
+                        }
+                        let _ = ok;
+                        let is_dir = di.mode & libc::S_IFMT == libc::S_IFDIR;
+                        if is_dir {
+                            queue.push_back(e.ino);
+                            if let Some(p) = seen.get_mut(&dir) {
+                                p.subdirs += 1;
+                            }
+                        } else {
+                            report.files += 1;
+                        }
+                        if dir == sb.orphan_ino {
+                            orphans.push((e.ino, di.nlink));
+                        }
+                        seen.insert(
+                            e.ino,
+                            Seen {
+                                mode: di.mode,
+                                nlink: di.nlink,
+                                links: 1,
+                                subdirs: 0,
+                                parent_field: di.parent,
+                                parent_seen: Some(dir),
+                                disk: di,
+                            },
+                        );
+                        keep.push(e);
+                    }
+                }
+            }
+            if changed && w.repair {
+                w.writes.insert(
+                    pblk,
+                    encode_dir_block(
+                        dir,
+                        keep.iter()
+                            .map(|e| (e.pos, e.ino, e.kind, e.name.as_slice())),
+                    ),
+                );
+            }
+        }
+    }
+
+    // Link counts and parents.
+    let mut fixes = Vec::new();
+    for (&ino, s) in &seen {
+        let is_dir = s.mode & libc::S_IFMT == libc::S_IFDIR;
+        if ino == sb.root_ino || ino == sb.orphan_ino {
+            let want = 2 + s.subdirs;
+            if s.nlink != want {
+                w.problems.push(format!(
+                    "directory {ino}: link count {} should be {want}",
+                    s.nlink
+                ));
+                fixes.push((ino, want, None));
+            }
+            continue;
+        }
+        if orphans.iter().any(|o| o.0 == ino) {
+            continue;
+        }
+        let want = if is_dir { 2 + s.subdirs } else { s.links };
+        let mut parent_fix = None;
+        if is_dir && Some(s.parent_field) != s.parent_seen {
+            w.problems.push(format!(
+                "directory {ino}: '..' is {} but it lives in {}",
+                s.parent_field,
+                s.parent_seen.unwrap_or(0)
+            ));
+            parent_fix = s.parent_seen;
+        }
+        if s.nlink != want || parent_fix.is_some() {
+            if s.nlink != want {
+                w.problems.push(format!(
+                    "inode {ino}: link count {} should be {want}",
+                    s.nlink
+                ));
+            }
+            fixes.push((ino, want, parent_fix));
+        }
+    }
+    for &(ino, nlink) in &orphans {
+        w.problems.push(format!(
+            "orphan inode {ino} (nlink {nlink}) left by a crash with the file open"
+        ));
+    }
+
+    // Bitmaps against the blocks in use.
+    let mut bitmaps = Vec::new();
+    for g in 0..sb.bitmap_blocks {
+        let blk = sb.bitmap_start + g;
+        let mut bm = w.read(blk)?;
+        if let Err(e) = check_bitmap(&bm, blk) {
+            w.problems.push(format!("{e}"));
+            bm = vec![0u8; BLOCK_SIZE];
+        }
+        bitmaps.push(bm);
+    }
+    let orphan_blocks: Vec<u64> = Vec::new();
+    let mut leaked = 0u64;
+    let mut unmarked = 0u64;
+    let mut first_bad = Vec::new();
+    for blk in 0..sb.num_blocks {
+        let g = (blk / BITS_PER_GROUP) as usize;
+        let want = blk < sb.data_start || w.is_owned(blk);
+        let have = bit_in(&bitmaps[g], blk);
+        if want != have {
+            if want {
+                unmarked += 1;
+            } else {
+                leaked += 1;
+            }
+            if first_bad.len() < 5 {
+                first_bad.push(blk);
+            }
+            set_bit_in(&mut bitmaps[g], blk, want);
+        }
+        if want {
+            report.used_blocks += 1;
+        }
+    }
+    let _ = orphan_blocks;
+    if leaked > 0 {
+        w.problems.push(format!(
+            "bitmap: {leaked} blocks marked used but owned by nothing (first: {first_bad:?})"
+        ));
+    }
+    if unmarked > 0 {
+        w.problems.push(format!(
+            "bitmap: {unmarked} blocks in use but marked free (first: {first_bad:?})"
+        ));
+    }
+
+    if repair && !w.problems.is_empty() {
+        // Orphans: drop them from the orphan directory; their blocks are
+        // then unowned and the bitmap rewrite below frees them.
+        if !orphans.is_empty() {
+            let od = seen[&sb.orphan_ino].disk.clone();
+            if let Some((_, ext, _)) = load(&mut w, sb.orphan_ino)? {
+                let map = crate::extent::ExtentMap::from_extents(&ext);
+                for lblk in 0..od.size / BLOCK_SIZE as u64 {
+                    if let Some((pblk, _, _)) = map.lookup(lblk) {
+                        w.writes
+                            .insert(pblk, encode_dir_block(sb.orphan_ino, std::iter::empty()));
+                    }
+                }
+            }
+            // Recompute the bitmap without the orphans' blocks.
+            for &(ino, _) in &orphans {
+                if let Some((d, ext, chain)) = load(&mut w, ino)? {
+                    let mut blocks = vec![ino];
+                    for e in ext {
+                        blocks.extend(e.pblk..e.pblk + u64::from(e.len));
+                    }
+                    blocks.extend(chain);
+                    if d.xattr_blk != 0 {
+                        blocks.push(d.xattr_blk);
+                    }
+                    for b in blocks {
+                        if b < sb.num_blocks {
+                            set_bit_in(&mut bitmaps[(b / BITS_PER_GROUP) as usize], b, false);
+                        }
+                    }
+                }
+            }
+        }
+        for (ino, nlink, parent) in fixes {
+            if let Some(s) = seen.get(&ino) {
+                let mut d = s.disk.clone();
+                // Re-read so overflow/extent fields are current.
+                if let Some((full, _, _)) = load(&mut w, ino)? {
+                    d = full;
+                }
+                d.nlink = nlink;
+                if let Some(p) = parent {
+                    d.parent = p;
+                }
+                w.writes.insert(ino, d.encode());
+            }
+        }
+        for (g, mut bm) in bitmaps.into_iter().enumerate() {
+            seal_bitmap(&mut bm);
+            w.writes.insert(sb.bitmap_start + g as u64, bm);
+        }
+        let mut tx = store.begin();
+        for (blk, data) in &w.writes {
+            tx.write(*blk, data)?;
+        }
+        tx.finish()?;
+        store.checkpoint()?;
+        let mut sb2 = sb.clone();
+        sb2.state = STATE_CLEAN;
+        store.write_super(&sb2.encode())?;
+        report.repaired = true;
+    }
+    report.problems = w.problems;
+    Ok(report)
+}

@@ -1,0 +1,499 @@
+//! `ptsd mkfs`, `ptsd fsck`, `ptsd mount`, `ptsd umount`, and the
+//! `mount.fuse.ptsd` helper that makes `mount -t fuse.ptsd` and /etc/fstab
+//! work.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use ptsd_blockdev::{BlockDevice, FileDevice};
+use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
+use ptsd_fs::{mkfs, DirectStore, FileSystem, MkfsOptions, Store};
+
+/// Size of the embedded default device image.
+const DEFAULT_IMAGE_BYTES: u64 = 8 << 30;
+
+#[derive(Args, Debug)]
+pub struct MkfsArgs {
+    /// Image file or block device to format.
+    pub device: PathBuf,
+    /// Size of the image (e.g. 512M, 4G); creates or resizes an image file.
+    /// Without it the device's whole size is used.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct FsckArgs {
+    /// Image file or block device to check (unmounted).
+    pub device: PathBuf,
+    /// Journal to replay first (the one the file system was mounted with).
+    #[arg(long)]
+    pub journal: Option<PathBuf>,
+    /// Fix what is wrong (orphans, bitmaps, link counts, bad entries).
+    #[arg(long)]
+    pub repair: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// Device or image file (default: the embedded emulated device in the
+    /// data directory, created and formatted on first use).
+    #[arg(long)]
+    pub device: Option<PathBuf>,
+    /// Journal file (default: /dev/shm/ptsd-UUID.journal when /dev/shm
+    /// exists, else in the data directory).
+    #[arg(long)]
+    pub journal: Option<PathBuf>,
+    /// Journal partitions.
+    #[arg(long, default_value_t = 4)]
+    pub journal_partitions: u32,
+    /// Journal size (e.g. 256M).
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    pub journal_size: u64,
+    /// Data directory for the default device and journal
+    /// (default: /var/lib/ptsd for root, ~/.local/share/ptsd otherwise;
+    /// or $PTSD_DATA_DIR).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Let other users access the mount.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// FUSE worker threads (default: 2 per CPU).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Stay in the foreground instead of detaching.
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+    /// Mount options as given by mount(8) (-o a,b,c); understood:
+    /// allow_other, journal=PATH, journal_partitions=N, threads=N.
+    #[arg(short = 'o')]
+    pub options: Option<String>,
+    /// Where to mount.
+    pub dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    /// The mount point.
+    pub dir: PathBuf,
+}
+
+/// Parse `123`, `64K`, `512M`, `4G`, `1T`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let m = match s[i..]
+                .to_ascii_uppercase()
+                .trim_end_matches("IB")
+                .trim_end_matches('B')
+            {
+                "" => 1u64,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                other => return Err(format!("unknown size unit {other:?}")),
+            };
+            (&s[..i], m)
+        }
+        None => (s, 1),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| format!("bad size {s:?}"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} too large"))
+}
+
+fn open_device(path: &Path) -> Result<Arc<dyn BlockDevice>> {
+    let dev = FileDevice::open(path, 4096)
+        .with_context(|| format!("opening device {}", path.display()))?;
+    Ok(Arc::new(dev))
+}
+
+pub fn mkfs_cmd(a: &MkfsArgs) -> Result<()> {
+    let dev: Arc<dyn BlockDevice> = match a.size {
+        Some(bytes) => {
+            let meta = std::fs::metadata(&a.device).ok();
+            if meta
+                .as_ref()
+                .is_some_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))
+            {
+                bail!(
+                    "--size only applies to image files; {} is a block device",
+                    a.device.display()
+                );
+            }
+            Arc::new(
+                FileDevice::create(&a.device, 4096, bytes / 4096)
+                    .with_context(|| format!("creating image {}", a.device.display()))?,
+            )
+        }
+        None => {
+            if !a.device.exists() {
+                bail!(
+                    "{} does not exist (give --size to create an image file)",
+                    a.device.display()
+                );
+            }
+            open_device(&a.device)?
+        }
+    };
+    let store = DirectStore::new(dev)?;
+    let sb = mkfs(&store, &MkfsOptions::default())?;
+    println!(
+        "ptsd mkfs: {} blocks of 4096 bytes ({} MiB) on {}, uuid {}",
+        sb.num_blocks,
+        (sb.num_blocks * 4096) >> 20,
+        a.device.display(),
+        hex(&sb.uuid)
+    );
+    Ok(())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
+    let dev = open_device(&a.device)?;
+    if let Some(j) = &a.journal {
+        bail!(
+            "replaying journal {} is not available in this build",
+            j.display()
+        );
+    }
+    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev)?);
+    let report = ptsd_fs::fsck::check(store.clone(), a.repair)?;
+    for p in &report.problems {
+        println!("{p}");
+    }
+    println!("{}", report.summary());
+    if !report.problems.is_empty() && !a.repair {
+        std::process::exit(4);
+    }
+    Ok(())
+}
+
+fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PTSD_DATA_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        PathBuf::from("/var/lib/ptsd")
+    } else {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        home.join(".local/share/ptsd")
+    }
+}
+
+fn pid_file(dir: &Path) -> PathBuf {
+    let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let name: String = canon
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let base = if Path::new("/run").is_dir() {
+        PathBuf::from("/run/ptsd")
+    } else {
+        std::env::temp_dir().join("ptsd-run")
+    };
+    base.join(format!("{name}.pid"))
+}
+
+/// Everything `ptsd mount` resolved, for the message it prints.
+struct Prepared {
+    fs: Arc<FileSystem>,
+    device: String,
+}
+
+fn prepare(a: &MountArgs) -> Result<Prepared> {
+    let (dev, device_desc): (Arc<dyn BlockDevice>, String) = match &a.device {
+        Some(p) => (open_device(p)?, p.display().to_string()),
+        None => {
+            let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
+            std::fs::create_dir_all(&data)
+                .with_context(|| format!("creating data directory {}", data.display()))?;
+            let img = data.join("fs.img");
+            if img.exists() {
+                (
+                    open_device(&img)?,
+                    format!("{} (embedded default device)", img.display()),
+                )
+            } else {
+                let dev: Arc<dyn BlockDevice> = Arc::new(
+                    FileDevice::create(&img, 4096, DEFAULT_IMAGE_BYTES / 4096)
+                        .with_context(|| format!("creating {}", img.display()))?,
+                );
+                mkfs(&DirectStore::new(dev.clone())?, &MkfsOptions::default())?;
+                (
+                    dev,
+                    format!("{} (embedded default device, new)", img.display()),
+                )
+            }
+        }
+    };
+    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev)?);
+    let fs = FileSystem::mount(store).map_err(|e| anyhow!("cannot mount {}: {e}", device_desc))?;
+    Ok(Prepared {
+        fs: Arc::new(fs),
+        device: device_desc,
+    })
+}
+
+/// Apply `-o` options from mount(8).
+fn apply_options(a: &mut MountArgs) -> Result<()> {
+    let Some(opts) = a.options.clone() else {
+        return Ok(());
+    };
+    for o in opts.split(',').filter(|o| !o.is_empty()) {
+        let (k, v) = o
+            .split_once('=')
+            .map(|(k, v)| (k, Some(v)))
+            .unwrap_or((o, None));
+        match (k, v) {
+            ("allow_other", None) => a.allow_other = true,
+            ("journal", Some(v)) => a.journal = Some(v.into()),
+            ("journal_partitions", Some(v)) => {
+                a.journal_partitions = v.parse().context("journal_partitions")?
+            }
+            ("threads", Some(v)) => a.threads = Some(v.parse().context("threads")?),
+            ("data_dir", Some(v)) => a.data_dir = Some(v.into()),
+            // Generic options mount(8) passes along; the kernel side is fixed.
+            (
+                "rw"
+                | "defaults"
+                | "auto"
+                | "noauto"
+                | "user"
+                | "nouser"
+                | "dev"
+                | "suid"
+                | "exec"
+                | "nofail"
+                | "_netdev"
+                | "noatime"
+                | "relatime"
+                | "default_permissions",
+                _,
+            ) => {}
+            (k, _) if k.starts_with("x-") => {}
+            _ => bail!("unknown mount option {o:?}"),
+        }
+    }
+    Ok(())
+}
+
+pub fn mount_cmd(a: &MountArgs) -> Result<()> {
+    let mut a = a.clone();
+    apply_options(&mut a)?;
+    if !a.dir.is_dir() {
+        bail!("mount point {} is not a directory", a.dir.display());
+    }
+    if a.foreground {
+        return serve(&a, None);
+    }
+    // Detach: fork before any thread exists; the parent waits for the child
+    // to say whether the mount worked.
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid two-element array for pipe to fill.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: the process is still single-threaded here, so the child may
+    // run arbitrary code after fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid > 0 {
+        // SAFETY: fds[1] is our open write end; fds[0] is an open fd we now own.
+        unsafe { libc::close(fds[1]) };
+        let mut r = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+        let mut msg = String::new();
+        let _ = r.read_to_string(&mut msg);
+        if let Some(ok) = msg.strip_prefix("OK ") {
+            println!("{ok}");
+            return Ok(());
+        }
+        bail!(
+            "{}",
+            if msg.is_empty() {
+                "the mount daemon exited without a word".to_string()
+            } else {
+                msg
+            }
+        );
+    }
+    // Child.
+    // SAFETY: closing our copy of the read end; setsid has no preconditions.
+    unsafe {
+        libc::close(fds[0]);
+        libc::setsid();
+    }
+    // SAFETY: fds[1] is an open fd the child owns from here on.
+    let w = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+    let res = serve(&a, Some(w));
+    std::process::exit(if res.is_ok() { 0 } else { 1 });
+}
+
+fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
+    let p = match prepare(a) {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(w) = notify.as_mut() {
+                let _ = write!(w, "{e:#}");
+            }
+            return Err(e);
+        }
+    };
+    let opts = MountOpts {
+        allow_other: a.allow_other,
+        threads: a.threads.unwrap_or(MountOpts::default().threads),
+        fsname: p.device.split(' ').next().unwrap_or("ptsd").to_string(),
+        auto_unmount: false,
+    };
+    let mode = p.fs.describe_store();
+    let session = match fuser::Session::new(FuseFs::new(p.fs.clone()), &a.dir, &mount_config(&opts))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("mounting FUSE at {}: {e}", a.dir.display());
+            if let Some(w) = notify.as_mut() {
+                let _ = write!(w, "{msg}");
+            }
+            let _ = p.fs.close();
+            bail!(msg);
+        }
+    };
+    let pidf = pid_file(&a.dir);
+    if let Some(parent) = pidf.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
+    let line = format!(
+        "ptsd: mounted {} on {}; {} FUSE threads; orphans freed: {}\nptsd: durability: {}",
+        p.device,
+        a.dir.display(),
+        opts.threads,
+        p.fs.orphans_freed,
+        mode
+    );
+    match notify.take() {
+        Some(mut w) => {
+            let _ = write!(w, "OK {line}");
+            drop(w);
+            // Detach from the terminal.
+            if let Ok(null) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+            {
+                // SAFETY: dup2 onto the standard descriptors of this process.
+                unsafe {
+                    libc::dup2(null.as_raw_fd(), 0);
+                    libc::dup2(null.as_raw_fd(), 1);
+                }
+            }
+        }
+        None => println!("{line}"),
+    }
+    let res = session.run();
+    drop(p);
+    let _ = std::fs::remove_file(&pidf);
+    res.context("FUSE session")
+}
+
+pub fn umount_cmd(a: &UmountArgs) -> Result<()> {
+    let pidf = pid_file(&a.dir);
+    let pid: Option<i32> = std::fs::read_to_string(&pidf)
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    let c =
+        std::ffi::CString::new(a.dir.as_os_str().as_encoded_bytes()).context("mount point path")?;
+    // SAFETY: `c` is a valid NUL-terminated path.
+    let r = unsafe { libc::umount2(c.as_ptr(), 0) };
+    if r != 0 {
+        let err = std::io::Error::last_os_error();
+        // Not root: let fusermount3 do it.
+        let st = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(&a.dir)
+            .status();
+        if !st.map(|s| s.success()).unwrap_or(false) {
+            bail!("unmounting {}: {err}", a.dir.display());
+        }
+    }
+    // Wait for the daemon's clean shutdown (checkpoint, superblock clean).
+    if let Some(pid) = pid {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < deadline {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.split(' ').nth(2) == Some("Z") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    println!("ptsd: unmounted {}", a.dir.display());
+    Ok(())
+}
+
+/// When the binary runs as `mount.fuse.ptsd SRC DIR [-o opts]` (mount(8)'s
+/// helper for type `fuse.ptsd`), mount SRC on DIR and exit.
+pub fn mount_helper_main() -> Option<Result<()>> {
+    let mut args = std::env::args_os();
+    let argv0 = PathBuf::from(args.next()?);
+    if argv0.file_name()? != "mount.fuse.ptsd" {
+        return None;
+    }
+    let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut pos = Vec::new();
+    let mut options = None;
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i].as_str() {
+            "-o" => {
+                options = rest.get(i + 1).cloned();
+                i += 2;
+            }
+            s if s.starts_with("-o") => {
+                options = Some(s[2..].to_string());
+                i += 1;
+            }
+            s if s.starts_with('-') => i += 1, // -n, -v, -s: nothing to do
+            s => {
+                pos.push(s.to_string());
+                i += 1;
+            }
+        }
+    }
+    if pos.len() != 2 {
+        return Some(Err(anyhow!("usage: mount.fuse.ptsd SOURCE DIR [-o options] (SOURCE: a device/image or 'ptsd' for the default)")));
+    }
+    let device = if pos[0] == "ptsd" || pos[0] == "default" {
+        None
+    } else {
+        Some(PathBuf::from(&pos[0]))
+    };
+    let a = MountArgs {
+        device,
+        journal: None,
+        journal_partitions: 4,
+        journal_size: 256 << 20,
+        data_dir: None,
+        allow_other: false,
+        threads: None,
+        foreground: false,
+        options,
+        dir: PathBuf::from(&pos[1]),
+    };
+    Some(mount_cmd(&a))
+}
