@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod fs;
 
 #[derive(Parser)]
@@ -28,6 +29,8 @@ enum Command {
     Mount(fs::MountArgs),
     /// Unmount a ptsd-fs mount and wait for its clean shutdown.
     Umount(fs::UmountArgs),
+    /// Run a benchmark and report figures against its targets.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -45,6 +48,7 @@ fn main() -> Result<()> {
         Command::Fsck(a) => fs::fsck_cmd(&a)?,
         Command::Mount(a) => fs::mount_cmd(&a)?,
         Command::Umount(a) => fs::umount_cmd(&a)?,
+        Command::Bench(args) => bench::run(args)?,
     }
     Ok(())
 }

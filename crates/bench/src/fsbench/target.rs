@@ -1,0 +1,295 @@
+//! The file systems the workloads run on, set up and torn down.
+//!
+//! Each mount is a guard: dropping it unmounts (and detaches, removes its
+//! image) even when a workload failed half-way.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::error::io_err;
+use super::{FsBenchError, Result};
+
+/// Runs `cmd`, returning its stdout; a non-zero exit is an error carrying stderr.
+pub fn run_command(cmd: &mut Command) -> Result<String> {
+    let line = format!("{cmd:?}").replace('"', "");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| FsBenchError::Command {
+            command: line.clone(),
+            detail: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(FsBenchError::Command {
+            command: line,
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The file-system type mounted exactly at `dir`, from /proc/self/mountinfo.
+pub fn mounted_fstype(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // Fields: id parent major:minor root mountpoint options [optional…] - fstype source super-options.
+    // The last matching line is the mount on top, so search from the end.
+    info.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mountpoint = left.split(' ').nth(4)?;
+        let fstype = right.split(' ').next()?;
+        (Path::new(&unescape_mountinfo(mountpoint)) == dir).then(|| fstype.to_string())
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = b[i + 1..i + 4]
+                .iter()
+                .fold(0u16, |acc, c| acc * 8 + u16::from(c - b'0'));
+            if let Ok(v) = u8::try_from(v) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// ext4 on a loop device over an image file: created, formatted and mounted
+/// by [`Ext4Loop::create`]; unmounted, detached and deleted on drop.
+pub struct Ext4Loop {
+    image: PathBuf,
+    device: Option<String>,
+    mountpoint: PathBuf,
+    mounted: bool,
+}
+
+impl Ext4Loop {
+    /// Creates a `size`-byte image at `image` (fully allocated, so the
+    /// workload does not pay for the host's block allocation), attaches it to
+    /// a loop device with direct I/O (no double caching in the host's page
+    /// cache; fsync reaches the disk), `mkfs.ext4` (no lazy init, which
+    /// would write in the background during the run) and mounts it on
+    /// `mountpoint` with default options (data=ordered, barriers on).
+    pub fn create(image: &Path, size: u64, mountpoint: &Path) -> Result<Self> {
+        let mut me = Ext4Loop {
+            image: image.to_path_buf(),
+            device: None,
+            mountpoint: mountpoint.to_path_buf(),
+            mounted: false,
+        };
+        std::fs::File::create(image).map_err(io_err("create", image))?;
+        run_command(
+            Command::new("fallocate")
+                .arg("-l")
+                .arg(size.to_string())
+                .arg(image),
+        )?;
+        let dev = run_command(
+            Command::new("losetup")
+                .args(["--find", "--show", "--direct-io=on"])
+                .arg(image),
+        )?;
+        me.device = Some(dev.trim().to_string());
+        let dev = dev.trim();
+        run_command(
+            Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+                .arg(dev),
+        )?;
+        std::fs::create_dir_all(mountpoint).map_err(io_err("mkdir", mountpoint))?;
+        run_command(
+            Command::new("mount")
+                .args(["-t", "ext4", dev])
+                .arg(mountpoint),
+        )?;
+        me.mounted = true;
+        Ok(me)
+    }
+
+    /// The mount point.
+    pub fn dir(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The loop device (`/dev/loopN`).
+    pub fn device(&self) -> Option<&str> {
+        self.device.as_deref()
+    }
+
+    /// Unmounts, detaches and deletes the image, reporting the first failure.
+    pub fn teardown(mut self) -> Result<()> {
+        self.teardown_inner()
+    }
+
+    fn teardown_inner(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        if std::mem::take(&mut self.mounted) {
+            first = first.and(run_command(Command::new("umount").arg(&self.mountpoint)).map(drop));
+        }
+        if let Some(dev) = self.device.take() {
+            first = first.and(run_command(Command::new("losetup").args(["-d", &dev])).map(drop));
+        }
+        if self.image.exists() {
+            first =
+                first.and(std::fs::remove_file(&self.image).map_err(io_err("remove", &self.image)));
+        }
+        first
+    }
+}
+
+impl Drop for Ext4Loop {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown_inner() {
+            eprintln!("ext4 loop teardown: {e}");
+        }
+    }
+}
+
+/// A file-system daemon spawned as a child process (`ptsd mount …`) that
+/// mounts FUSE on a directory; [`SpawnedMount::start`] waits for the mount
+/// to appear, drop unmounts it and waits for the daemon to exit.
+pub struct SpawnedMount {
+    child: Option<Child>,
+    mountpoint: PathBuf,
+    unmount: Vec<String>,
+}
+
+impl SpawnedMount {
+    /// Spawns `cmd` (which must mount a FUSE file system on `mountpoint`)
+    /// and waits up to `timeout` for the mount. `unmount` is the command
+    /// that ends it (default: `umount MOUNTPOINT`).
+    pub fn start(
+        mut cmd: Command,
+        mountpoint: &Path,
+        timeout: Duration,
+        unmount: Option<Vec<String>>,
+    ) -> Result<Self> {
+        let line = format!("{cmd:?}").replace('"', "");
+        let child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| FsBenchError::Command {
+                command: line.clone(),
+                detail: e.to_string(),
+            })?;
+        let unmount =
+            unmount.unwrap_or_else(|| vec!["umount".into(), mountpoint.display().to_string()]);
+        let mut me = SpawnedMount {
+            child: Some(child),
+            mountpoint: mountpoint.to_path_buf(),
+            unmount,
+        };
+        let began = Instant::now();
+        loop {
+            if mounted_fstype(mountpoint).is_some_and(|t| t.starts_with("fuse")) {
+                return Ok(me);
+            }
+            if let Some(status) = me.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                me.child = None;
+                return Err(FsBenchError::Mount {
+                    path: mountpoint.to_path_buf(),
+                    detail: format!("`{line}` exited ({status}) before mounting"),
+                });
+            }
+            if began.elapsed() > timeout {
+                return Err(FsBenchError::Mount {
+                    path: mountpoint.to_path_buf(),
+                    detail: format!("`{line}` did not mount within {timeout:?}"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The mount point.
+    pub fn dir(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts and waits (up to a minute: a clean unmount checkpoints) for
+    /// the daemon to exit; kills it if it does not.
+    pub fn stop(mut self) -> Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let mut result = Ok(());
+        if mounted_fstype(&self.mountpoint).is_some_and(|t| t.starts_with("fuse")) {
+            if let Some((prog, args)) = self.unmount.split_first() {
+                result = run_command(Command::new(prog).args(args)).map(drop);
+            }
+        }
+        let began = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => return result,
+                Ok(None) if began.elapsed() < Duration::from_secs(60) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return result.and(Err(FsBenchError::Mount {
+                        path: self.mountpoint.clone(),
+                        detail: "daemon did not exit within 60 s of unmount; killed".into(),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for SpawnedMount {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_inner() {
+            eprintln!("stopping mount: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(unescape_mountinfo(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_mountinfo(r"/plain"), "/plain");
+        assert_eq!(unescape_mountinfo(r"/trail\04"), r"/trail\04");
+    }
+
+    #[test]
+    fn root_is_a_mount() {
+        assert!(mounted_fstype(Path::new("/")).is_some());
+        assert!(mounted_fstype(Path::new("/definitely/not/here")).is_none());
+    }
+
+    #[test]
+    fn failing_command_reports_stderr() {
+        let err =
+            run_command(Command::new("sh").args(["-c", "echo boom >&2; exit 3"])).unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
+        assert!(run_command(&mut Command::new("/nonexistent-binary")).is_err());
+    }
+}

@@ -1,0 +1,24 @@
+//! Benchmarks and experiments for ptsd.
+//!
+//! [`fsbench`] is `ptsd bench fs`: two file-system workloads — a
+//! varmail-like one (fsync-heavy small-file mail server) and a
+//! tokubench-like one (many 4 KiB file creates) — run on any directory, and
+//! the machinery to run them on the three targets the ptsd file system is
+//! judged against: a ptsd mount, ext4 on a loop device, and a no-op
+//! in-memory FUSE file system (the FUSE ceiling of the machine).
+//!
+//! ```
+//! use ptsd_bench::fsbench::{run_varmail, Bound, VarmailConfig};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let cfg = VarmailConfig {
+//!     threads: 1,
+//!     files_per_thread: 8,
+//!     bound: Bound::Ops(40),
+//!     ..VarmailConfig::default()
+//! };
+//! let result = run_varmail(dir.path(), &cfg).unwrap();
+//! assert_eq!(result.ops, 40);
+//! ```
+
+pub mod fsbench;

@@ -1,0 +1,206 @@
+//! `ptsd bench fs`: the varmail-like and tokubench-like workloads on a ptsd
+//! mount, ext4 on a loop device and the no-op FUSE fs (see
+//! `crates/bench/README.md`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use ptsd_bench::fsbench::noopfs::NoopOptions;
+use ptsd_bench::fsbench::suite::{self, SpawnSpec, SuiteConfig, TargetSpec};
+use ptsd_bench::fsbench::target;
+use ptsd_bench::fsbench::{Bound, SyncKind, TokubenchConfig, VarmailConfig};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Target {
+    /// A ptsd mount: spawned `ptsd mount` with its own data dir, or `--ptsd-dir`.
+    Ptsd,
+    /// ext4 on a loop device over an image in the work dir.
+    Ext4,
+    /// The bench crate's no-op in-memory FUSE fs (the FUSE ceiling).
+    Noop,
+}
+
+#[derive(Args, Debug)]
+pub struct FsArgs {
+    /// Targets to run, in order.
+    #[arg(long, value_delimiter = ',', default_values = ["ext4", "noop", "ptsd"])]
+    targets: Vec<Target>,
+    /// Also run on an existing directory: NAME=DIR (repeatable).
+    #[arg(long = "dir", value_name = "NAME=DIR")]
+    dirs: Vec<String>,
+    /// Use this already-mounted directory as the ptsd target instead of
+    /// spawning `ptsd mount`.
+    #[arg(long, value_name = "DIR")]
+    ptsd_dir: Option<PathBuf>,
+    /// Extra argument for the spawned `ptsd mount` (repeatable).
+    #[arg(
+        long = "ptsd-mount-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
+    ptsd_mount_args: Vec<OsString>,
+    /// Where the ext4 image, the ptsd data dir and the mount points go (one
+    /// disk for both). Default: a new directory under /var/tmp.
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Size of the ext4 image, MiB.
+    #[arg(long, default_value_t = 8192)]
+    ext4_size_mib: u64,
+    /// Worker threads of each workload.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Seconds each workload runs per target.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Bound the varmail-like run by ops per thread instead of seconds.
+    #[arg(long)]
+    varmail_ops: Option<u64>,
+    /// Bound the tokubench-like run by files per thread instead of seconds.
+    #[arg(long)]
+    tokubench_files: Option<u64>,
+    /// Files per thread in the varmail-like workload.
+    #[arg(long, default_value_t = 300)]
+    files_per_thread: usize,
+    /// fdatasync instead of fsync.
+    #[arg(long)]
+    fdatasync: bool,
+    /// No syncfs at the end of the tokubench-like run.
+    #[arg(long)]
+    no_final_sync: bool,
+    /// Only the varmail-like workload.
+    #[arg(long, conflicts_with = "only_tokubench")]
+    only_varmail: bool,
+    /// Only the tokubench-like workload.
+    #[arg(long)]
+    only_tokubench: bool,
+    /// Seed of the workloads' choices and contents.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// FUSE threads of the no-op fs.
+    #[arg(long, default_value_t = 4)]
+    noop_threads: usize,
+    /// Kernel writeback cache on the no-op fs.
+    #[arg(long)]
+    noop_writeback_cache: bool,
+    /// Print the report as JSON on stdout (progress still on stderr).
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for the spawned ptsd mount to appear.
+    #[arg(long, default_value_t = 60)]
+    mount_timeout: u64,
+}
+
+pub fn run(a: FsArgs) -> Result<()> {
+    if !(a.seconds.is_finite() && a.seconds > 0.0) {
+        bail!("--seconds must be positive");
+    }
+    let seconds = Bound::Duration(Duration::from_secs_f64(a.seconds));
+    let work_dir = match &a.work_dir {
+        Some(d) => d.clone(),
+        None => PathBuf::from(format!("/var/tmp/ptsd-bench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work_dir)
+        .with_context(|| format!("creating {}", work_dir.display()))?;
+    let scratch = work_dir.join("mnt");
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+
+    let mut targets = Vec::new();
+    for t in &a.targets {
+        targets.push(match t {
+            Target::Ext4 => TargetSpec::Ext4Loop {
+                image_dir: work_dir.clone(),
+                size: a.ext4_size_mib << 20,
+            },
+            Target::Noop => TargetSpec::Noop(NoopOptions {
+                threads: a.noop_threads,
+                writeback_cache: a.noop_writeback_cache,
+                ..NoopOptions::default()
+            }),
+            Target::Ptsd => match &a.ptsd_dir {
+                Some(dir) => TargetSpec::Dir {
+                    name: suite::PTSD.into(),
+                    path: dir.clone(),
+                },
+                None => {
+                    let mountpoint = scratch.join("ptsd");
+                    let mut args: Vec<OsString> = vec!["mount".into()];
+                    args.extend(a.ptsd_mount_args.iter().cloned());
+                    args.push(mountpoint.clone().into());
+                    TargetSpec::Spawned {
+                        name: suite::PTSD.into(),
+                        spec: SpawnSpec {
+                            program: std::env::current_exe().context("locating the ptsd binary")?,
+                            args,
+                            mountpoint,
+                            timeout: Duration::from_secs(a.mount_timeout),
+                        },
+                    }
+                }
+            },
+        });
+    }
+    for d in &a.dirs {
+        let Some((name, path)) = d.split_once('=') else {
+            bail!("--dir wants NAME=DIR, got {d:?}");
+        };
+        targets.push(TargetSpec::Dir {
+            name: name.into(),
+            path: path.into(),
+        });
+    }
+
+    let cfg = SuiteConfig {
+        varmail: VarmailConfig {
+            threads: a.threads,
+            files_per_thread: a.files_per_thread,
+            sync: if a.fdatasync {
+                SyncKind::Fdatasync
+            } else {
+                SyncKind::Fsync
+            },
+            bound: a.varmail_ops.map_or(seconds, Bound::Ops),
+            seed: a.seed,
+            ..VarmailConfig::default()
+        },
+        tokubench: TokubenchConfig {
+            threads: a.threads,
+            bound: a.tokubench_files.map_or(seconds, Bound::Ops),
+            sync_at_end: !a.no_final_sync,
+            seed: a.seed,
+            ..TokubenchConfig::default()
+        },
+        skip_varmail: a.only_tokubench,
+        skip_tokubench: a.only_varmail,
+    };
+    let report = suite::run_suite(&targets, &cfg, &scratch, |msg| eprintln!("{msg}"));
+    // Clean up what this run created, never descending into a mount that
+    // failed to come down.
+    let mountpoints = ["ptsd", "ext4", "noop"].map(|m| scratch.join(m));
+    if let Some(still) = mountpoints
+        .iter()
+        .find(|m| target::mounted_fstype(m).is_some())
+    {
+        eprintln!(
+            "{} is still mounted; leaving {} in place",
+            still.display(),
+            work_dir.display()
+        );
+    } else if a.work_dir.is_none() {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    } else {
+        for m in &mountpoints {
+            let _ = std::fs::remove_dir(m);
+        }
+        let _ = std::fs::remove_dir(&scratch);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", suite::render_table(&report));
+    }
+    suite::first_error(&report)?;
+    Ok(())
+}
