@@ -10,11 +10,6 @@ pub(crate) struct AlignedBuf {
     layout: Layout,
 }
 
-// SAFETY: the buffer owns its allocation exclusively, like a `Vec<u8>`.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: shared access only hands out `&[u8]`.
-unsafe impl Sync for AlignedBuf {}
-
 impl AlignedBuf {
     /// `len` zero bytes aligned to `align`. `None` if `len` is zero, `align`
     /// is not a power of two, or memory is exhausted.

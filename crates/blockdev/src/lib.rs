@@ -163,3 +163,8 @@ pub fn check_request<D: BlockDevice + ?Sized>(
     check_range(dev, block, count)?;
     Ok(count)
 }
+
+/// The README's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
