@@ -42,8 +42,10 @@ pub struct FsArgs {
         allow_hyphen_values = true
     )]
     ptsd_mount_args: Vec<OsString>,
-    /// Where the ext4 image, the ptsd data dir and the mount points go (one
-    /// disk for both). Default: a new directory under /var/tmp.
+    /// Where the ext4 image, the ptsd data dir (`ptsd-data`) and the mount
+    /// points go (one disk for both). Default: a new directory under
+    /// /var/tmp, removed afterwards. The ptsd journal goes to /dev/shm (as
+    /// `ptsd mount`'s default does) and is removed afterwards.
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Size of the ext4 image, MiB.
@@ -107,6 +109,13 @@ pub fn run(a: FsArgs) -> Result<()> {
     let scratch = work_dir.join("mnt");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
 
+    let ptsd_data = work_dir.join("ptsd-data");
+    // Where `ptsd mount` puts its journal by default (tmpfs when there is
+    // one), under a name this run can remove afterwards.
+    let shm = PathBuf::from("/dev/shm");
+    let journal_dir = if shm.is_dir() { shm } else { work_dir.clone() };
+    let ptsd_journal = journal_dir.join(format!("ptsd-bench-{}.journal", std::process::id()));
+
     let mut targets = Vec::new();
     for t in &a.targets {
         targets.push(match t {
@@ -126,7 +135,11 @@ pub fn run(a: FsArgs) -> Result<()> {
                 },
                 None => {
                     let mountpoint = scratch.join("ptsd");
-                    let mut args: Vec<OsString> = vec!["mount".into()];
+                    // In the foreground, so the daemon is our child and its
+                    // exit after `umount` (a clean checkpoint) is waited for.
+                    let mut args: Vec<OsString> = vec!["mount".into(), "--foreground".into()];
+                    args.extend(["--data-dir".into(), ptsd_data.clone().into_os_string()]);
+                    args.extend(["--journal".into(), ptsd_journal.clone().into_os_string()]);
                     args.extend(a.ptsd_mount_args.iter().cloned());
                     args.push(mountpoint.clone().into());
                     TargetSpec::Spawned {
@@ -195,6 +208,9 @@ pub fn run(a: FsArgs) -> Result<()> {
             let _ = std::fs::remove_dir(m);
         }
         let _ = std::fs::remove_dir(&scratch);
+    }
+    if ptsd_journal.exists() && target::mounted_fstype(&scratch.join("ptsd")).is_none() {
+        let _ = std::fs::remove_file(&ptsd_journal);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

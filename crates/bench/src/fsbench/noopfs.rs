@@ -26,9 +26,11 @@ use super::{FsBenchError, Result};
 /// How the no-op file system talks to the kernel.
 #[derive(Clone, Debug)]
 pub struct NoopOptions {
-    /// FUSE worker threads (fuser's `n_threads`, each with a cloned fd).
+    /// FUSE worker threads (fuser's `n_threads`, each with a cloned fd;
+    /// default 4, ptsd-fs's default on 2 CPUs).
     pub threads: usize,
-    /// How long the kernel may cache attributes and names.
+    /// How long the kernel may cache attributes and names (default 5 s,
+    /// as ptsd-fs).
     pub ttl: Duration,
     /// Ask for the kernel's writeback cache (writes buffered in the page
     /// cache, sent on flush/fsync/writeback).
@@ -39,7 +41,7 @@ impl Default for NoopOptions {
     fn default() -> Self {
         NoopOptions {
             threads: 4,
-            ttl: Duration::from_secs(1),
+            ttl: Duration::from_secs(5),
             writeback_cache: false,
         }
     }
