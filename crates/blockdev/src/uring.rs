@@ -163,3 +163,66 @@ impl RingPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    #[test]
+    fn reports_short_transfers_and_errors() {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[7u8; 8192]).unwrap();
+        let pool = match RingPool::new(2) {
+            Ok(pool) => pool,
+            Err(e) => {
+                eprintln!("io_uring unavailable here ({e}); nothing to test");
+                return;
+            }
+        };
+        let mut a = vec![0u8; 4096];
+        let mut b = vec![0u8; 4096];
+        let mut c = vec![0u8; 4096];
+        let ops = [
+            RawOp {
+                ptr: a.as_mut_ptr(),
+                len: 4096,
+                offset: 0,
+            },
+            // Runs 2048 bytes past the end of the file: a short read.
+            RawOp {
+                ptr: b.as_mut_ptr(),
+                len: 4096,
+                offset: 6144,
+            },
+            // Past the end: zero bytes. Three ops on a 2-entry ring also
+            // take two submissions.
+            RawOp {
+                ptr: c.as_mut_ptr(),
+                len: 4096,
+                offset: 65536,
+            },
+        ];
+        let done = match pool.run(file.as_raw_fd(), &ops, false) {
+            Ok(done) => done,
+            Err(UringError::Ring(e) | UringError::Op(e)) => panic!("{e}"),
+        };
+        assert_eq!(done, vec![4096, 2048, 0]);
+        assert!(a.iter().all(|&x| x == 7));
+        assert!(b[..2048].iter().all(|&x| x == 7));
+        // A write to a read-only descriptor fails per op, not per ring.
+        let ro = std::fs::File::open("/proc/self/exe").unwrap();
+        let ops = [RawOp {
+            ptr: a.as_mut_ptr(),
+            len: 4096,
+            offset: 0,
+        }];
+        assert!(matches!(
+            pool.run(ro.as_raw_fd(), &ops, true),
+            Err(UringError::Op(_))
+        ));
+        assert!(RingPool::new(0).is_err());
+    }
+}
