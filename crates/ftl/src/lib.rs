@@ -5,11 +5,32 @@
 //! on per-channel and per-chip timelines, and each request comes out with its
 //! completion time. The same core runs under a virtual clock (simulation) and
 //! the wall clock (emulation behind ublk).
+//!
+//! - [`FtlConfig`]: geometry, timing, over-provisioning, mapping memory,
+//!   [`SchemeConfig`] (page / DFTL / PTSD), GC, write buffer, scheduler, store.
+//! - [`Ssd`]: `submit` / `next_event` / `advance`, [`FtlStats`].
+//!
+//! See the crate's README for the model and the paper's five variants.
 
+pub mod config;
+mod counters;
+mod error;
+mod flash;
+mod mapping;
 pub mod request;
+mod ssd;
+pub mod store;
+mod timeline;
 
+pub use config::{
+    ConfigError, FtlConfig, GcConfig, GcPolicy, SchedulerKind, SchemeConfig, StoreKind, Variant,
+};
+pub use counters::{ByCause, FtlStats};
+pub use error::{FtlError, RequestError};
 pub use request::{Completion, Op, Request};
 pub mod sim;
 pub mod stats;
 pub mod trace;
 pub mod workload;
+pub use ssd::{Done, Payload, Ssd};
+pub use store::{MemStore, NoStore, Oob, PageKind, Store, StoreError};

@@ -1,0 +1,107 @@
+//! Engine speed: simulated 4 KiB requests per second of wall time, closed
+//! loop at queue depth 128 over a 16 GiB logical device, timing on, no data.
+//!
+//! `cargo bench -p ptsd-ftl --bench engine`
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ptsd_ftl::{FtlConfig, Op, Payload, Request, Ssd, Variant};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const LOGICAL: u64 = 16 << 30;
+const QD: u64 = 128;
+
+/// Closed loop: keep `QD` requests outstanding; `read_pct` % reads.
+fn run(ssd: &mut Ssd, rng: &mut SmallRng, requests: u64, read_pct: u32, sequential: bool) {
+    let pages = ssd.logical_pages();
+    let mut next_id = 0u64;
+    let mut seq_lpn = 0u64;
+    let mut mk = |rng: &mut SmallRng, id: u64| {
+        let op = if rng.gen_range(0..100) < read_pct {
+            Op::Read
+        } else {
+            Op::Write
+        };
+        let lpn = if sequential {
+            seq_lpn = (seq_lpn + 1) % pages;
+            seq_lpn
+        } else {
+            rng.gen_range(0..pages)
+        };
+        Request {
+            id,
+            op,
+            lpn,
+            pages: 1,
+        }
+    };
+    let mut now = 0u64;
+    // Continue from the SSD's current time.
+    if let Some(t) = ssd.next_event() {
+        now = t;
+    }
+    now = now.max(ssd.idle_at());
+    for _ in 0..QD.min(requests) {
+        let r = mk(rng, next_id);
+        next_id += 1;
+        ssd.submit(now, r, Payload::None).unwrap();
+    }
+    let mut done = Vec::with_capacity(256);
+    let mut completed = 0;
+    while completed < requests {
+        let Some(t) = ssd.next_event() else { break };
+        ssd.advance(t, &mut done);
+        for _ in done.drain(..) {
+            completed += 1;
+            if next_id < requests {
+                let r = mk(rng, next_id);
+                next_id += 1;
+                ssd.submit(t, r, Payload::None).unwrap();
+            }
+        }
+    }
+}
+
+fn preconditioned(variant: Variant) -> Ssd {
+    let mut ssd = Ssd::new(FtlConfig::paper(variant, LOGICAL)).unwrap();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let pages = ssd.logical_pages();
+    // Fill once sequentially, then a random overwrite pass: GC in steady state.
+    run(&mut ssd, &mut rng, pages, 0, true);
+    run(&mut ssd, &mut rng, pages / 2, 0, false);
+    ssd
+}
+
+fn engine(c: &mut Criterion) {
+    let mut g = c.benchmark_group("closed_loop_qd128_16GiB");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(8));
+    const N: u64 = 200_000;
+    g.throughput(Throughput::Elements(N));
+    for variant in [
+        Variant::WriteOpt,
+        Variant::PartSched,
+        Variant::Dftl,
+        Variant::Page,
+    ] {
+        let mut ssd = preconditioned(variant);
+        let mut rng = SmallRng::seed_from_u64(2);
+        for (name, read_pct) in [("randwrite", 0), ("randread", 100), ("mixed70r", 70)] {
+            g.bench_function(format!("{}/{name}", variant.name()), |b| {
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        run(&mut ssd, &mut rng, N, read_pct, false);
+                    }
+                    start.elapsed()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, engine);
+criterion_main!(benches);

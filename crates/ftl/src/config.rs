@@ -1,0 +1,541 @@
+//! Device configuration: NAND geometry and timing, over-provisioning, mapping
+//! memory, scheme, GC, write buffer, scheduler and store.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Bytes one page-map entry costs in DRAM (a 32-bit physical page number).
+pub const MAP_ENTRY_BYTES: u64 = 4;
+/// Bytes one entry of PTSD's entry-granular dirty region costs (LPN + PPN).
+pub const DIRTY_ENTRY_BYTES: u64 = 8;
+
+/// How logical pages are mapped to physical pages.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SchemeConfig {
+    /// The whole map in DRAM (the paper's OPT / PAGE).
+    Page,
+    /// Demand-based FTL: one LRU cache of whole mapping pages (CMT) + GTD.
+    Dftl,
+    /// PTSD: the CMT split into a clean and a dirty region.
+    Ptsd {
+        /// Share of the cache budget given to the clean region (0.5 = 50:50).
+        clean_ratio: f64,
+        /// Dirty region holds individual entries grouped by mapping page
+        /// (greedy batch update) instead of whole pages (WRITEOPT).
+        entry_dirty: bool,
+        /// Move the clean:dirty split from observed read misses vs. dirty
+        /// evictions (see the crate README for the controller).
+        adaptive: bool,
+    },
+}
+
+impl SchemeConfig {
+    /// PTSD with the paper's 50:50 split, page-granular dirty region.
+    pub fn ptsd() -> Self {
+        SchemeConfig::Ptsd {
+            clean_ratio: 0.5,
+            entry_dirty: false,
+            adaptive: false,
+        }
+    }
+
+    /// Short name for tables: `page`, `dftl`, `ptsd`, `ptsd-entry`...
+    pub fn name(&self) -> &'static str {
+        match self {
+            SchemeConfig::Page => "page",
+            SchemeConfig::Dftl => "dftl",
+            SchemeConfig::Ptsd {
+                entry_dirty: false,
+                adaptive: false,
+                ..
+            } => "ptsd",
+            SchemeConfig::Ptsd {
+                entry_dirty: true,
+                adaptive: false,
+                ..
+            } => "ptsd-entry",
+            SchemeConfig::Ptsd {
+                entry_dirty: false,
+                adaptive: true,
+                ..
+            } => "ptsd-adaptive",
+            SchemeConfig::Ptsd {
+                entry_dirty: true,
+                adaptive: true,
+                ..
+            } => "ptsd-entry-adaptive",
+        }
+    }
+}
+
+/// Order in which the controller takes requests from the interface queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchedulerKind {
+    /// Arrival order; a full write buffer is flushed asynchronously.
+    Fifo,
+    /// PTSD's `write_stop`: when a write finds the buffer full, serve only
+    /// reads until none is queued or in service, then flush synchronously.
+    ReadPriority,
+}
+
+/// GC victim choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GcPolicy {
+    /// Fewest valid pages.
+    Greedy,
+    /// Highest `age * (1 - u) / 2u` (Rosenblum & Ousterhout).
+    CostBenefit,
+}
+
+/// When and how GC runs. Thresholds are free blocks per chip: GC starts when
+/// a chip needs a new block and has at most `low_free_blocks` free, and runs
+/// until it has `high_free_blocks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcConfig {
+    pub policy: GcPolicy,
+    pub low_free_blocks: u32,
+    pub high_free_blocks: u32,
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        GcConfig {
+            policy: GcPolicy::Greedy,
+            low_free_blocks: 3,
+            high_free_blocks: 4,
+        }
+    }
+}
+
+/// Where page data and OOB live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoreKind {
+    /// Timing only: no data is kept; reads return zeroes.
+    #[default]
+    None,
+    /// Page data in memory (lost when the `Ssd` is dropped).
+    Memory,
+    /// A persistent image file (see [`crate::Ssd::open`]).
+    File { path: PathBuf },
+}
+
+/// The five algorithms of the paper's evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// Full page map in DRAM (OPT), FIFO.
+    Page,
+    /// DFTL (page-granular CMT), FIFO.
+    Dftl,
+    /// PTSD cache partitioning only, FIFO.
+    Part,
+    /// Partitioning + read-priority scheduling.
+    PartSched,
+    /// Partitioning + scheduling + entry-granular dirty region.
+    WriteOpt,
+}
+
+impl Variant {
+    /// All five, in the paper's order.
+    pub const ALL: [Variant; 5] = [
+        Variant::Page,
+        Variant::Dftl,
+        Variant::Part,
+        Variant::PartSched,
+        Variant::WriteOpt,
+    ];
+
+    /// The paper's name: `PAGE`, `DFTL`, `PART`, `PART-SCHED`, `WRITEOPT`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Variant::Page => "PAGE",
+            Variant::Dftl => "DFTL",
+            Variant::Part => "PART",
+            Variant::PartSched => "PART-SCHED",
+            Variant::WriteOpt => "WRITEOPT",
+        }
+    }
+
+    /// Scheme and scheduler of this variant.
+    pub fn scheme_and_scheduler(&self) -> (SchemeConfig, SchedulerKind) {
+        let part = |entry_dirty| SchemeConfig::Ptsd {
+            clean_ratio: 0.5,
+            entry_dirty,
+            adaptive: false,
+        };
+        match self {
+            Variant::Page => (SchemeConfig::Page, SchedulerKind::Fifo),
+            Variant::Dftl => (SchemeConfig::Dftl, SchedulerKind::Fifo),
+            Variant::Part => (part(false), SchedulerKind::Fifo),
+            Variant::PartSched => (part(false), SchedulerKind::ReadPriority),
+            Variant::WriteOpt => (part(true), SchedulerKind::ReadPriority),
+        }
+    }
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let norm = s.to_ascii_lowercase().replace('_', "-");
+        Ok(match norm.as_str() {
+            "page" | "opt" => Variant::Page,
+            "dftl" => Variant::Dftl,
+            "part" => Variant::Part,
+            "part-sched" | "partsched" => Variant::PartSched,
+            "writeopt" | "write-opt" => Variant::WriteOpt,
+            _ => {
+                return Err(format!(
+                    "unknown variant {s:?} (page, dftl, part, part-sched, writeopt)"
+                ))
+            }
+        })
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum ConfigError {
+    #[error("page size {0} is not a power of two between 512 B and 1 MiB")]
+    PageSize(u32),
+    #[error("{0} must not be zero")]
+    Zero(&'static str),
+    #[error("over-provisioning ratio {0} is out of range (0 < op_ratio <= 0.9)")]
+    OpRatio(f64),
+    #[error("{physical_pages} physical pages exceed the 2^31 the engine addresses")]
+    TooLarge { physical_pages: u64 },
+    #[error("logical size {logical_bytes} B is not a positive multiple of the {page_size} B page")]
+    LogicalSize { logical_bytes: u64, page_size: u32 },
+    #[error("logical size {logical_pages} pages leaves less than op_ratio {op_ratio} of the {physical_pages} physical pages spare")]
+    NotEnoughSpare {
+        logical_pages: u64,
+        physical_pages: u64,
+        op_ratio: f64,
+    },
+    #[error("each chip needs at least {needed} spare blocks (GC reserve, open blocks, mapping pages), it has {have}; add blocks or over-provisioning")]
+    SpareBlocksPerChip { needed: u64, have: u64 },
+    #[error("GC thresholds: need 2 <= low_free_blocks ({low}) < high_free_blocks ({high})")]
+    GcThresholds { low: u32, high: u32 },
+    #[error(
+        "mapping memory budget {budget} B is too small for {scheme}: it needs at least {needed} B"
+    )]
+    MapMemory {
+        scheme: &'static str,
+        budget: u64,
+        needed: u64,
+    },
+    #[error("PTSD clean_ratio {0} must be in (0, 1)")]
+    CleanRatio(f64),
+    #[error("write buffer of {0} pages is too large (at most 65536)")]
+    WriteBuffer(u32),
+}
+
+/// Everything that describes one emulated SSD.
+///
+/// `Default` is the paper's board sized for a 16 GiB logical device: 4 KiB
+/// pages, 8 channels x 4 chips, 256-page (1 MiB) blocks, 640 blocks per chip
+/// (20 GiB raw, 20 % over-provisioning), read 120 us, program 480 us,
+/// erase 3.5 ms, 10 us per page on the bus, page FTL, FIFO, no store.
+///
+/// ```
+/// use ptsd_ftl::{FtlConfig, Variant};
+/// let cfg = FtlConfig::paper(Variant::WriteOpt, 1 << 30);
+/// cfg.validate().unwrap();
+/// assert_eq!(cfg.logical_pages(), (1 << 30) / 4096);
+/// // mapping memory: 20 % of the page FTL's 4 B/page map
+/// assert_eq!(cfg.map_memory_bytes, Some((1u64 << 30) / 4096 * 4 / 5));
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FtlConfig {
+    /// Bytes per NAND page (and per logical block).
+    pub page_size: u32,
+    pub channels: u32,
+    pub chips_per_channel: u32,
+    pub blocks_per_chip: u32,
+    pub pages_per_block: u32,
+    /// Array read (cell to page register).
+    pub t_read_ns: u64,
+    /// Array program.
+    pub t_prog_ns: u64,
+    /// Block erase.
+    pub t_erase_ns: u64,
+    /// Moving one page over the channel (either direction).
+    pub t_xfer_ns: u64,
+    /// Moving one page between host and controller DRAM (write-buffer copy,
+    /// read served from the buffer).
+    pub t_dram_ns: u64,
+    /// Share of the physical pages hidden from the host.
+    pub op_ratio: f64,
+    /// Logical capacity; `None` = `floor(physical * (1 - op_ratio))`.
+    pub logical_bytes: Option<u64>,
+    /// DRAM for the mapping (GTD + cached mapping pages / entries); `None` =
+    /// enough for the full page map.
+    pub map_memory_bytes: Option<u64>,
+    pub scheme: SchemeConfig,
+    pub gc: GcConfig,
+    /// Write-buffer pages; 0 = one per chip (a flush stripes over all chips).
+    pub write_buffer_pages: u32,
+    pub scheduler: SchedulerKind,
+    pub store: StoreKind,
+}
+
+impl Default for FtlConfig {
+    fn default() -> Self {
+        FtlConfig {
+            page_size: 4096,
+            channels: 8,
+            chips_per_channel: 4,
+            blocks_per_chip: 640,
+            pages_per_block: 256,
+            t_read_ns: 120_000,
+            t_prog_ns: 480_000,
+            t_erase_ns: 3_500_000,
+            t_xfer_ns: 10_000,
+            t_dram_ns: 1_000,
+            op_ratio: 0.20,
+            logical_bytes: None,
+            map_memory_bytes: None,
+            scheme: SchemeConfig::Page,
+            gc: GcConfig::default(),
+            write_buffer_pages: 0,
+            scheduler: SchedulerKind::Fifo,
+            store: StoreKind::None,
+        }
+    }
+}
+
+/// Numbers derived from a config (no validation).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    pub page_size: u32,
+    pub channels: u32,
+    pub chips_per_channel: u32,
+    pub chips: u32,
+    pub blocks_per_chip: u32,
+    pub pages_per_block: u32,
+    pub physical_pages: u64,
+    pub logical_pages: u64,
+    /// Mapping entries per mapping (translation) page.
+    pub entries_per_map_page: u32,
+    pub map_pages: u64,
+    pub buffer_pages: u32,
+}
+
+impl FtlConfig {
+    /// The paper's board with `blocks_per_chip` chosen so that the device
+    /// exposes exactly `logical_bytes` at the configured over-provisioning.
+    pub fn with_logical_bytes(mut self, logical_bytes: u64) -> Self {
+        let page = u64::from(self.page_size.max(1));
+        let logical_pages = logical_bytes / page;
+        let chips = u64::from(self.channels.max(1)) * u64::from(self.chips_per_channel.max(1));
+        let per_block = u64::from(self.pages_per_block.max(1));
+        let op = if self.op_ratio > 0.0 && self.op_ratio < 1.0 {
+            self.op_ratio
+        } else {
+            0.2
+        };
+        let physical = (logical_pages as f64 / (1.0 - op)).ceil() as u64;
+        self.blocks_per_chip = physical.div_ceil(chips * per_block).max(1) as u32;
+        self.logical_bytes = Some(logical_bytes);
+        self
+    }
+
+    /// The paper's setup for one of its five variants: `logical_bytes` of
+    /// logical space, 20 % OP, mapping memory = 20 % of the page FTL's map
+    /// (the page FTL itself gets its full map).
+    pub fn paper(variant: Variant, logical_bytes: u64) -> Self {
+        let mut cfg = FtlConfig::default().with_logical_bytes(logical_bytes);
+        let (scheme, scheduler) = variant.scheme_and_scheduler();
+        cfg.scheme = scheme;
+        cfg.scheduler = scheduler;
+        cfg.map_memory_bytes = match variant {
+            Variant::Page => None,
+            _ => Some(cfg.logical_pages() * MAP_ENTRY_BYTES / 5),
+        };
+        cfg
+    }
+
+    /// Logical pages the host sees.
+    pub fn logical_pages(&self) -> u64 {
+        self.geometry().logical_pages
+    }
+
+    /// Bytes the full page map takes (4 B per logical page).
+    pub fn full_map_bytes(&self) -> u64 {
+        self.logical_pages() * MAP_ENTRY_BYTES
+    }
+
+    pub(crate) fn geometry(&self) -> Geometry {
+        let chips = self.channels.saturating_mul(self.chips_per_channel);
+        let total_blocks = u64::from(chips) * u64::from(self.blocks_per_chip);
+        let physical_pages = total_blocks * u64::from(self.pages_per_block);
+        let logical_pages = match self.logical_bytes {
+            Some(b) => b / u64::from(self.page_size.max(1)),
+            None => (physical_pages as f64 * (1.0 - self.op_ratio))
+                .floor()
+                .max(0.0) as u64,
+        };
+        let entries_per_map_page = (self.page_size / MAP_ENTRY_BYTES as u32).max(1);
+        let map_pages = logical_pages.div_ceil(u64::from(entries_per_map_page));
+        let buffer_pages = if self.write_buffer_pages == 0 {
+            chips.max(1)
+        } else {
+            self.write_buffer_pages
+        };
+        Geometry {
+            page_size: self.page_size,
+            channels: self.channels,
+            chips_per_channel: self.chips_per_channel,
+            chips,
+            blocks_per_chip: self.blocks_per_chip,
+            pages_per_block: self.pages_per_block,
+            physical_pages,
+            logical_pages,
+            entries_per_map_page,
+            map_pages,
+            buffer_pages,
+        }
+    }
+
+    /// Bytes of the mapping budget, with `None` resolved to the full map.
+    pub fn map_budget_bytes(&self) -> u64 {
+        self.map_memory_bytes
+            .unwrap_or_else(|| self.full_map_bytes())
+    }
+
+    /// Check that the configuration can work; the error says what is wrong.
+    ///
+    /// ```
+    /// use ptsd_ftl::{ConfigError, FtlConfig};
+    /// let mut cfg = FtlConfig::default();
+    /// cfg.page_size = 3000;
+    /// assert_eq!(cfg.validate(), Err(ConfigError::PageSize(3000)));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.page_size.is_power_of_two() || self.page_size < 512 || self.page_size > (1 << 20) {
+            return Err(ConfigError::PageSize(self.page_size));
+        }
+        for (v, name) in [
+            (self.channels, "channels"),
+            (self.chips_per_channel, "chips_per_channel"),
+            (self.blocks_per_chip, "blocks_per_chip"),
+            (self.pages_per_block, "pages_per_block"),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        for (v, name) in [
+            (self.t_read_ns, "t_read_ns"),
+            (self.t_prog_ns, "t_prog_ns"),
+            (self.t_erase_ns, "t_erase_ns"),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if !(self.op_ratio > 0.0 && self.op_ratio <= 0.9) {
+            return Err(ConfigError::OpRatio(self.op_ratio));
+        }
+        let g = self.geometry();
+        if g.physical_pages >= (1u64 << 31) - 2 {
+            return Err(ConfigError::TooLarge {
+                physical_pages: g.physical_pages,
+            });
+        }
+        if let Some(b) = self.logical_bytes {
+            if b == 0 || b % u64::from(self.page_size) != 0 {
+                return Err(ConfigError::LogicalSize {
+                    logical_bytes: b,
+                    page_size: self.page_size,
+                });
+            }
+        }
+        if g.logical_pages == 0 {
+            return Err(ConfigError::Zero("logical pages"));
+        }
+        let max_logical = (g.physical_pages as f64 * (1.0 - self.op_ratio)).floor() as u64;
+        if g.logical_pages > max_logical {
+            return Err(ConfigError::NotEnoughSpare {
+                logical_pages: g.logical_pages,
+                physical_pages: g.physical_pages,
+                op_ratio: self.op_ratio,
+            });
+        }
+        if self.gc.low_free_blocks < 2 || self.gc.high_free_blocks <= self.gc.low_free_blocks {
+            return Err(ConfigError::GcThresholds {
+                low: self.gc.low_free_blocks,
+                high: self.gc.high_free_blocks,
+            });
+        }
+        if g.buffer_pages > 65536 {
+            return Err(ConfigError::WriteBuffer(g.buffer_pages));
+        }
+        // Per chip: the data it holds (writes stripe evenly), the mapping
+        // pages (twice, for their own GC), the GC reserve and three open
+        // blocks (host, GC, mapping) must fit.
+        let ppb = u64::from(self.pages_per_block);
+        let chips = u64::from(g.chips);
+        let data_blocks = g.logical_pages.div_ceil(chips).div_ceil(ppb);
+        let map_blocks = (2 * g.map_pages).div_ceil(chips).div_ceil(ppb) + 1;
+        let needed = data_blocks + map_blocks + u64::from(self.gc.high_free_blocks) + 3;
+        if u64::from(self.blocks_per_chip) < needed {
+            return Err(ConfigError::SpareBlocksPerChip {
+                needed: needed - data_blocks,
+                have: u64::from(self.blocks_per_chip).saturating_sub(data_blocks),
+            });
+        }
+        let budget = self.map_budget_bytes();
+        let page = u64::from(self.page_size);
+        let gtd = g.map_pages * MAP_ENTRY_BYTES;
+        match self.scheme {
+            SchemeConfig::Page => {
+                let needed = g.logical_pages * MAP_ENTRY_BYTES;
+                if budget < needed {
+                    return Err(ConfigError::MapMemory {
+                        scheme: "page",
+                        budget,
+                        needed,
+                    });
+                }
+            }
+            SchemeConfig::Dftl => {
+                let needed = gtd + page;
+                if budget < needed {
+                    return Err(ConfigError::MapMemory {
+                        scheme: "dftl",
+                        budget,
+                        needed,
+                    });
+                }
+            }
+            SchemeConfig::Ptsd {
+                clean_ratio,
+                entry_dirty,
+                ..
+            } => {
+                if !(clean_ratio > 0.0 && clean_ratio < 1.0) {
+                    return Err(ConfigError::CleanRatio(clean_ratio));
+                }
+                let min_dirty = if entry_dirty { DIRTY_ENTRY_BYTES } else { page };
+                let cmt = budget.saturating_sub(gtd);
+                let clean = (cmt as f64 * clean_ratio) as u64;
+                let needed_share =
+                    (page as f64 / clean_ratio).max(min_dirty as f64 / (1.0 - clean_ratio));
+                if clean < page || cmt - clean < min_dirty {
+                    return Err(ConfigError::MapMemory {
+                        scheme: "ptsd",
+                        budget,
+                        needed: gtd + needed_share.ceil() as u64,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,48 @@
+use thiserror::Error;
+
+use crate::config::ConfigError;
+use crate::store::StoreError;
+
+/// Errors of the engine as a whole.
+#[derive(Debug, Error)]
+pub enum FtlError {
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// GC could not free a block anywhere (over-provisioning too small for
+    /// how the data ended up spread over the chips).
+    #[error("no free flash space left (GC found nothing to reclaim)")]
+    NoSpace,
+    /// The store kind needs another constructor (e.g. a file store needs `Ssd::open`).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A previous error stopped the device.
+    #[error("device failed earlier: {0}")]
+    Failed(String),
+}
+
+/// A request the SSD refuses; nothing was changed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    #[error("logical pages {lpn}..{} are out of range (device has {logical_pages})", .lpn.saturating_add(u64::from(*.pages)))]
+    OutOfRange {
+        lpn: u64,
+        pages: u32,
+        logical_pages: u64,
+    },
+    #[error("a {op:?} request needs at least one page")]
+    ZeroLength { op: crate::Op },
+    #[error("payload of {len} bytes does not match {pages} pages of {page_size} bytes")]
+    PayloadSize {
+        len: usize,
+        pages: u32,
+        page_size: u32,
+    },
+    #[error("a {op:?} request cannot carry this payload kind")]
+    PayloadKind { op: crate::Op },
+    #[error("this SSD keeps data: a write needs its bytes")]
+    PayloadRequired,
+    #[error("the SSD failed earlier and accepts no more requests: {0}")]
+    Failed(String),
+}
