@@ -340,7 +340,11 @@ impl FtlConfig {
             0.2
         };
         let physical = (logical_pages as f64 / (1.0 - op)).ceil() as u64;
-        self.blocks_per_chip = physical.div_ceil(chips * per_block).max(1) as u32;
+        // Small devices also need the fixed per-chip reserve (GC, open blocks).
+        let blocks = physical
+            .div_ceil(chips * per_block)
+            .max(self.min_blocks_per_chip(logical_pages));
+        self.blocks_per_chip = blocks.clamp(1, u64::from(u32::MAX)) as u32;
         self.logical_bytes = Some(logical_bytes);
         self
     }
@@ -400,6 +404,19 @@ impl FtlConfig {
             map_pages,
             buffer_pages,
         }
+    }
+
+    /// Blocks each chip needs for `logical_pages`: the data it holds (writes
+    /// stripe evenly), the mapping pages (twice, for their own GC), the GC
+    /// reserve and three open blocks (host, GC, mapping).
+    fn min_blocks_per_chip(&self, logical_pages: u64) -> u64 {
+        let ppb = u64::from(self.pages_per_block.max(1));
+        let chips = u64::from(self.channels.max(1)) * u64::from(self.chips_per_channel.max(1));
+        let epp = u64::from((self.page_size / MAP_ENTRY_BYTES as u32).max(1));
+        let map_pages = logical_pages.div_ceil(epp);
+        let data_blocks = logical_pages.div_ceil(chips).div_ceil(ppb);
+        let map_blocks = (2 * map_pages).div_ceil(chips).div_ceil(ppb) + 1;
+        data_blocks + map_blocks + u64::from(self.gc.high_free_blocks) + 3
     }
 
     /// Bytes of the mapping budget, with `None` resolved to the full map.
@@ -476,14 +493,11 @@ impl FtlConfig {
         if g.buffer_pages > 65536 {
             return Err(ConfigError::WriteBuffer(g.buffer_pages));
         }
-        // Per chip: the data it holds (writes stripe evenly), the mapping
-        // pages (twice, for their own GC), the GC reserve and three open
-        // blocks (host, GC, mapping) must fit.
-        let ppb = u64::from(self.pages_per_block);
-        let chips = u64::from(g.chips);
-        let data_blocks = g.logical_pages.div_ceil(chips).div_ceil(ppb);
-        let map_blocks = (2 * g.map_pages).div_ceil(chips).div_ceil(ppb) + 1;
-        let needed = data_blocks + map_blocks + u64::from(self.gc.high_free_blocks) + 3;
+        let data_blocks = g
+            .logical_pages
+            .div_ceil(u64::from(g.chips))
+            .div_ceil(u64::from(self.pages_per_block));
+        let needed = self.min_blocks_per_chip(g.logical_pages);
         if u64::from(self.blocks_per_chip) < needed {
             return Err(ConfigError::SpareBlocksPerChip {
                 needed: needed - data_blocks,
