@@ -48,8 +48,8 @@ pub struct FsArgs {
     /// `ptsd mount`'s default does) and is removed afterwards.
     #[arg(long)]
     work_dir: Option<PathBuf>,
-    /// Size of the ext4 image, MiB.
-    #[arg(long, default_value_t = 8192)]
+    /// Size of the ext4 image, MiB (written in full before the run).
+    #[arg(long, default_value_t = 4096)]
     ext4_size_mib: u64,
     /// Worker threads of each workload.
     #[arg(long, default_value_t = 2)]

@@ -379,6 +379,7 @@ pub fn render_table(report: &SuiteReport) -> String {
                     ratio_cell(m.ops_per_sec, vn)
                 );
             }
+            None if report.config.skip_varmail => {}
             None => {
                 let _ = writeln!(s, "{:<10} {:<10} {:>11}", "varmail", r.name, "failed");
             }
@@ -406,6 +407,7 @@ pub fn render_table(report: &SuiteReport) -> String {
                     ratio_cell(m.files_per_sec, tn)
                 );
             }
+            None if report.config.skip_tokubench => {}
             None => {
                 let _ = writeln!(s, "{:<10} {:<10} {:>11}", "tokubench", r.name, "failed");
             }
