@@ -160,7 +160,7 @@ fn hex(b: &[u8]) -> String {
 
 pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
     let dev = open_device(&a.device)?;
-    if let Some(j) = &a.journal {
+    if let Some(j) = a.journal.as_ref().filter(|j| j.exists()) {
         bail!(
             "replaying journal {} is not available in this build",
             j.display()

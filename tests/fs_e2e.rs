@@ -1,0 +1,338 @@
+//! End-to-end tests of ptsd-fs: real FUSE mounts (as root) driven through
+//! std::fs, libc and shell tools. Each test skips, saying why, where
+//! /dev/fuse is missing or the tests do not run as root.
+
+use std::ffi::CString;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PTSD: &str = env!("CARGO_BIN_EXE_ptsd");
+
+fn skip_reason() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not running as root (mounting needs it)".into());
+    }
+    None
+}
+
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = skip_reason() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+    };
+}
+
+fn is_fuse_mounted(dir: &Path) -> bool {
+    let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `st` is a plain C struct filled by statfs; `c` is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as i64 == 0x6573_5546
+}
+
+/// A mounted ptsd-fs served by a foreground `ptsd mount` child.
+struct Mounted {
+    _tmp: tempfile::TempDir,
+    img: PathBuf,
+    journal: PathBuf,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Mounted {
+    fn new(size: &str) -> Mounted {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("fs.img");
+        let dir = tmp.path().join("mnt");
+        let journal = tmp.path().join("journal");
+        std::fs::create_dir(&dir).unwrap();
+        let st = Command::new(PTSD).args(["mkfs"]).arg(&img).args(["--size", size]).stdout(Stdio::null()).status().unwrap();
+        assert!(st.success(), "mkfs failed");
+        let mut m = Mounted { _tmp: tmp, img, journal, dir, child: None };
+        m.mount();
+        m
+    }
+
+    fn mount(&mut self) {
+        let child = Command::new(PTSD)
+            .args(["mount", "-f", "--journal-size", "64M", "--device"])
+            .arg(&self.img)
+            .arg("--journal")
+            .arg(&self.journal)
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_fuse_mounted(&self.dir) {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ptsd mount exited early: {st}");
+            }
+            assert!(Instant::now() < deadline, "mount did not appear");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// Clean unmount; waits for the daemon to finish its checkpoint.
+    fn umount(&mut self) {
+        let st = Command::new(PTSD).arg("umount").arg(&self.dir).stdout(Stdio::null()).status().unwrap();
+        assert!(st.success(), "ptsd umount failed");
+        if let Some(mut c) = self.child.take() {
+            let st = c.wait().unwrap();
+            assert!(st.success(), "daemon exit status {st}");
+        }
+    }
+
+    /// SIGKILL the daemon and detach the dead mount.
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            let _ = c.wait();
+        }
+        let c = CString::new(self.dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+
+    fn fsck(&self) -> String {
+        let out = Command::new(PTSD).arg("fsck").arg(&self.img).arg("--journal").arg(&self.journal).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success() && text.contains("clean"), "fsck not clean:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.kill9();
+        }
+    }
+}
+
+fn errno_of(r: i32) -> i32 {
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+#[test]
+fn posix_operations_through_std_fs() {
+    require_fuse!();
+    let mut m = Mounted::new("512M");
+    // Files: create, write, read, append, seek, truncate.
+    std::fs::write(m.p("a.txt"), b"hello world").unwrap();
+    assert_eq!(std::fs::read(m.p("a.txt")).unwrap(), b"hello world");
+    let mut f = std::fs::OpenOptions::new().append(true).open(m.p("a.txt")).unwrap();
+    f.write_all(b"!!").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(std::fs::read_to_string(m.p("a.txt")).unwrap(), "hello world!!");
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    std::fs::write(m.p("big"), &big).unwrap();
+    let mut f = std::fs::File::open(m.p("big")).unwrap();
+    f.seek(SeekFrom::Start(1_234_567)).unwrap();
+    let mut buf = vec![0u8; 1000];
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(buf, &big[1_234_567..1_235_567]);
+    drop(f);
+    assert_eq!(std::fs::read(m.p("big")).unwrap(), big);
+    let f = std::fs::OpenOptions::new().write(true).open(m.p("big")).unwrap();
+    f.set_len(10_000).unwrap();
+    f.set_len(20_000).unwrap();
+    drop(f);
+    let back = std::fs::read(m.p("big")).unwrap();
+    assert_eq!(&back[..10_000], &big[..10_000]);
+    assert!(back[10_000..].iter().all(|&b| b == 0));
+    // Directories, readdir, rename, links.
+    std::fs::create_dir_all(m.p("d1/d2/d3")).unwrap();
+    for i in 0..1500 {
+        std::fs::write(m.p(&format!("d1/f{i}")), i.to_string()).unwrap();
+    }
+    let n = std::fs::read_dir(m.p("d1")).unwrap().count();
+    assert_eq!(n, 1501);
+    std::fs::rename(m.p("d1/f7"), m.p("d1/d2/moved")).unwrap();
+    assert_eq!(std::fs::read_to_string(m.p("d1/d2/moved")).unwrap(), "7");
+    std::fs::hard_link(m.p("a.txt"), m.p("d1/hard")).unwrap();
+    assert_eq!(std::fs::metadata(m.p("a.txt")).unwrap().nlink(), 2);
+    std::os::unix::fs::symlink("../a.txt", m.p("d1/sym")).unwrap();
+    assert_eq!(std::fs::read_link(m.p("d1/sym")).unwrap(), Path::new("../a.txt"));
+    assert_eq!(std::fs::read_to_string(m.p("d1/sym")).unwrap(), "hello world!!");
+    // Errors a POSIX user expects.
+    let long = "x".repeat(256);
+    assert_eq!(std::fs::write(m.p(&long), b"").unwrap_err().raw_os_error(), Some(libc::ENAMETOOLONG));
+    assert_eq!(std::fs::remove_dir(m.p("d1")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(std::fs::create_dir(m.p("d1")).unwrap_err().raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(std::fs::read(m.p("nope")).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(std::fs::remove_file(m.p("d1/d2")).unwrap_err().raw_os_error(), Some(libc::EISDIR));
+    // rename(2) flags.
+    std::fs::write(m.p("x"), b"X").unwrap();
+    std::fs::write(m.p("y"), b"Y").unwrap();
+    let (x, y) = (cstr(&m.p("x")), cstr(&m.p("y")));
+    // SAFETY: valid NUL-terminated paths; AT_FDCWD with absolute paths.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, x.as_ptr(), libc::AT_FDCWD, y.as_ptr(), libc::RENAME_NOREPLACE) };
+    assert_eq!(errno_of(r), libc::EEXIST);
+    // SAFETY: as above.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, x.as_ptr(), libc::AT_FDCWD, y.as_ptr(), libc::RENAME_EXCHANGE) };
+    assert_eq!(r, 0);
+    assert_eq!(std::fs::read(m.p("x")).unwrap(), b"Y");
+    assert_eq!(std::fs::read(m.p("y")).unwrap(), b"X");
+    // chmod, chown, utimens.
+    std::fs::set_permissions(m.p("x"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(std::fs::metadata(m.p("x")).unwrap().mode() & 0o777, 0o600);
+    std::os::unix::fs::chown(m.p("x"), Some(1234), Some(5678)).unwrap();
+    let md = std::fs::metadata(m.p("x")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    let t = std::time::UNIX_EPOCH + Duration::new(1_600_000_000, 123_456_789);
+    std::fs::File::options().write(true).open(m.p("x")).unwrap().set_modified(t).unwrap();
+    let md = std::fs::metadata(m.p("x")).unwrap();
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
+    // xattrs.
+    let (name, val) = (CString::new("user.color").unwrap(), b"blue");
+    // SAFETY: valid pointers and lengths.
+    let r = unsafe { libc::setxattr(x.as_ptr(), name.as_ptr(), val.as_ptr().cast(), val.len(), 0) };
+    assert_eq!(r, 0);
+    let mut vbuf = [0u8; 64];
+    // SAFETY: valid pointers; vbuf has 64 bytes.
+    let n = unsafe { libc::getxattr(x.as_ptr(), name.as_ptr(), vbuf.as_mut_ptr().cast(), vbuf.len()) };
+    assert_eq!(&vbuf[..n as usize], val);
+    // fallocate and statfs.
+    let f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(m.p("pre")).unwrap();
+    // SAFETY: valid fd.
+    let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 1 << 20) };
+    assert_eq!(r, 0);
+    assert_eq!(f.metadata().unwrap().len(), 1 << 20);
+    assert!(f.metadata().unwrap().blocks() >= 2048);
+    drop(f);
+    let c = cstr(&m.dir);
+    // SAFETY: plain C struct filled by statvfs.
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut sv) }, 0);
+    assert_eq!(sv.f_bsize, 4096);
+    assert!(sv.f_bfree > 0 && sv.f_bfree < sv.f_blocks);
+    // Unlinked while open: still readable.
+    let mut f = std::fs::File::open(m.p("d1/f9")).unwrap();
+    std::fs::remove_file(m.p("d1/f9")).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "9");
+    drop(f);
+    // Everything survives a clean unmount and remount.
+    m.umount();
+    m.fsck();
+    m.mount();
+    assert_eq!(std::fs::read_to_string(m.p("d1/d2/moved")).unwrap(), "7");
+    assert_eq!(std::fs::read_dir(m.p("d1")).unwrap().count(), 1501);
+    assert_eq!(std::fs::metadata(m.p("x")).unwrap().mtime_nsec(), 123_456_789);
+    m.umount();
+    m.fsck();
+}
+
+fn sh(dir: &Path, script: &str) {
+    let out = Command::new("sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "`{script}` failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn shell_tools_cp_tar_git_rm() {
+    require_fuse!();
+    let mut m = Mounted::new("512M");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = m.dir.display().to_string();
+    sh(src, &format!("cp -a crates src Cargo.toml {d}/"));
+    sh(src, &format!("diff -r crates {d}/crates && diff -r src {d}/src"));
+    sh(&m.dir, "tar cf /tmp/ptsd-e2e-$$.tar crates && mkdir untar && tar xf /tmp/ptsd-e2e-$$.tar -C untar && rm /tmp/ptsd-e2e-$$.tar && diff -r crates untar/crates");
+    if Command::new("git").arg("--version").output().is_ok() {
+        sh(&m.dir, "git init -q repo && cp -a src repo/ && cd repo && git add -A && git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline | grep -q first && git status --porcelain | wc -l | grep -qx 0");
+    } else {
+        eprintln!("git not installed: skipping the git part");
+    }
+    sh(&m.dir, "rm -rf crates untar repo src");
+    let left: Vec<_> = std::fs::read_dir(&m.dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("Cargo.toml")]);
+    m.umount();
+    m.fsck();
+}
+
+#[test]
+fn concurrent_writers_with_fsync() {
+    require_fuse!();
+    let mut m = Mounted::new("512M");
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let dir = m.p(&format!("t{t}"));
+            std::thread::spawn(move || {
+                std::fs::create_dir(&dir).unwrap();
+                for i in 0..150 {
+                    let p = dir.join(format!("f{i}"));
+                    let mut f = std::fs::File::create(&p).unwrap();
+                    let body = format!("{t}-{i}-").repeat(100 + i);
+                    f.write_all(body.as_bytes()).unwrap();
+                    f.sync_all().unwrap();
+                    if i % 3 == 0 {
+                        std::fs::remove_file(&p).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for t in 0..4 {
+        for i in 0..150usize {
+            let p = m.p(&format!("t{t}/f{i}"));
+            if i % 3 == 0 {
+                assert!(!p.exists());
+            } else {
+                assert_eq!(std::fs::read_to_string(&p).unwrap(), format!("{t}-{i}-").repeat(100 + i));
+            }
+        }
+    }
+    m.umount();
+    m.fsck();
+}
+
+fn fsx_binary() -> Option<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let mut cands: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).map(|d| d.join("fsx")).collect()).unwrap_or_default();
+    if let Some(h) = home {
+        cands.push(h.join("bin/fsx"));
+    }
+    cands.into_iter().find(|p| p.is_file())
+}
+
+#[test]
+fn fsx_random_operations() {
+    require_fuse!();
+    let fsx = fsx_binary().expect("the fsx binary is not installed (scripts/setup installs it with cargo install fsx)");
+    let mut m = Mounted::new("512M");
+    for seed in [1u32, 7] {
+        let file = m.p(&format!("fsx-{seed}"));
+        let out = Command::new(&fsx).args(["-N", "3000", "-S", &seed.to_string()]).arg(&file).output().unwrap();
+        assert!(out.status.success(), "fsx seed {seed} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    m.umount();
+    m.fsck();
+}
