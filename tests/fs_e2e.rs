@@ -56,9 +56,21 @@ impl Mounted {
         let dir = tmp.path().join("mnt");
         let journal = tmp.path().join("journal");
         std::fs::create_dir(&dir).unwrap();
-        let st = Command::new(PTSD).args(["mkfs"]).arg(&img).args(["--size", size]).stdout(Stdio::null()).status().unwrap();
+        let st = Command::new(PTSD)
+            .args(["mkfs"])
+            .arg(&img)
+            .args(["--size", size])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
         assert!(st.success(), "mkfs failed");
-        let mut m = Mounted { _tmp: tmp, img, journal, dir, child: None };
+        let mut m = Mounted {
+            _tmp: tmp,
+            img,
+            journal,
+            dir,
+            child: None,
+        };
         m.mount();
         m
     }
@@ -90,7 +102,12 @@ impl Mounted {
 
     /// Clean unmount; waits for the daemon to finish its checkpoint.
     fn umount(&mut self) {
-        let st = Command::new(PTSD).arg("umount").arg(&self.dir).stdout(Stdio::null()).status().unwrap();
+        let st = Command::new(PTSD)
+            .arg("umount")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
         assert!(st.success(), "ptsd umount failed");
         if let Some(mut c) = self.child.take() {
             let st = c.wait().unwrap();
@@ -110,9 +127,19 @@ impl Mounted {
     }
 
     fn fsck(&self) -> String {
-        let out = Command::new(PTSD).arg("fsck").arg(&self.img).arg("--journal").arg(&self.journal).output().unwrap();
+        let out = Command::new(PTSD)
+            .arg("fsck")
+            .arg(&self.img)
+            .arg("--journal")
+            .arg(&self.journal)
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success() && text.contains("clean"), "fsck not clean:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() && text.contains("clean"),
+            "fsck not clean:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         text
     }
 }
@@ -144,11 +171,17 @@ fn posix_operations_through_std_fs() {
     // Files: create, write, read, append, seek, truncate.
     std::fs::write(m.p("a.txt"), b"hello world").unwrap();
     assert_eq!(std::fs::read(m.p("a.txt")).unwrap(), b"hello world");
-    let mut f = std::fs::OpenOptions::new().append(true).open(m.p("a.txt")).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(m.p("a.txt"))
+        .unwrap();
     f.write_all(b"!!").unwrap();
     f.sync_all().unwrap();
     drop(f);
-    assert_eq!(std::fs::read_to_string(m.p("a.txt")).unwrap(), "hello world!!");
+    assert_eq!(
+        std::fs::read_to_string(m.p("a.txt")).unwrap(),
+        "hello world!!"
+    );
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
     std::fs::write(m.p("big"), &big).unwrap();
     let mut f = std::fs::File::open(m.p("big")).unwrap();
@@ -158,7 +191,10 @@ fn posix_operations_through_std_fs() {
     assert_eq!(buf, &big[1_234_567..1_235_567]);
     drop(f);
     assert_eq!(std::fs::read(m.p("big")).unwrap(), big);
-    let f = std::fs::OpenOptions::new().write(true).open(m.p("big")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("big"))
+        .unwrap();
     f.set_len(10_000).unwrap();
     f.set_len(20_000).unwrap();
     drop(f);
@@ -177,24 +213,63 @@ fn posix_operations_through_std_fs() {
     std::fs::hard_link(m.p("a.txt"), m.p("d1/hard")).unwrap();
     assert_eq!(std::fs::metadata(m.p("a.txt")).unwrap().nlink(), 2);
     std::os::unix::fs::symlink("../a.txt", m.p("d1/sym")).unwrap();
-    assert_eq!(std::fs::read_link(m.p("d1/sym")).unwrap(), Path::new("../a.txt"));
-    assert_eq!(std::fs::read_to_string(m.p("d1/sym")).unwrap(), "hello world!!");
+    assert_eq!(
+        std::fs::read_link(m.p("d1/sym")).unwrap(),
+        Path::new("../a.txt")
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.p("d1/sym")).unwrap(),
+        "hello world!!"
+    );
     // Errors a POSIX user expects.
     let long = "x".repeat(256);
-    assert_eq!(std::fs::write(m.p(&long), b"").unwrap_err().raw_os_error(), Some(libc::ENAMETOOLONG));
-    assert_eq!(std::fs::remove_dir(m.p("d1")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
-    assert_eq!(std::fs::create_dir(m.p("d1")).unwrap_err().raw_os_error(), Some(libc::EEXIST));
-    assert_eq!(std::fs::read(m.p("nope")).unwrap_err().raw_os_error(), Some(libc::ENOENT));
-    assert_eq!(std::fs::remove_file(m.p("d1/d2")).unwrap_err().raw_os_error(), Some(libc::EISDIR));
+    assert_eq!(
+        std::fs::write(m.p(&long), b"").unwrap_err().raw_os_error(),
+        Some(libc::ENAMETOOLONG)
+    );
+    assert_eq!(
+        std::fs::remove_dir(m.p("d1")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    assert_eq!(
+        std::fs::create_dir(m.p("d1")).unwrap_err().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(
+        std::fs::read(m.p("nope")).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(
+        std::fs::remove_file(m.p("d1/d2"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EISDIR)
+    );
     // rename(2) flags.
     std::fs::write(m.p("x"), b"X").unwrap();
     std::fs::write(m.p("y"), b"Y").unwrap();
     let (x, y) = (cstr(&m.p("x")), cstr(&m.p("y")));
     // SAFETY: valid NUL-terminated paths; AT_FDCWD with absolute paths.
-    let r = unsafe { libc::renameat2(libc::AT_FDCWD, x.as_ptr(), libc::AT_FDCWD, y.as_ptr(), libc::RENAME_NOREPLACE) };
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            x.as_ptr(),
+            libc::AT_FDCWD,
+            y.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
     assert_eq!(errno_of(r), libc::EEXIST);
     // SAFETY: as above.
-    let r = unsafe { libc::renameat2(libc::AT_FDCWD, x.as_ptr(), libc::AT_FDCWD, y.as_ptr(), libc::RENAME_EXCHANGE) };
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            x.as_ptr(),
+            libc::AT_FDCWD,
+            y.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
     assert_eq!(r, 0);
     assert_eq!(std::fs::read(m.p("x")).unwrap(), b"Y");
     assert_eq!(std::fs::read(m.p("y")).unwrap(), b"X");
@@ -205,7 +280,12 @@ fn posix_operations_through_std_fs() {
     let md = std::fs::metadata(m.p("x")).unwrap();
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
     let t = std::time::UNIX_EPOCH + Duration::new(1_600_000_000, 123_456_789);
-    std::fs::File::options().write(true).open(m.p("x")).unwrap().set_modified(t).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(m.p("x"))
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
     let md = std::fs::metadata(m.p("x")).unwrap();
     assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
     // xattrs.
@@ -215,10 +295,22 @@ fn posix_operations_through_std_fs() {
     assert_eq!(r, 0);
     let mut vbuf = [0u8; 64];
     // SAFETY: valid pointers; vbuf has 64 bytes.
-    let n = unsafe { libc::getxattr(x.as_ptr(), name.as_ptr(), vbuf.as_mut_ptr().cast(), vbuf.len()) };
+    let n = unsafe {
+        libc::getxattr(
+            x.as_ptr(),
+            name.as_ptr(),
+            vbuf.as_mut_ptr().cast(),
+            vbuf.len(),
+        )
+    };
     assert_eq!(&vbuf[..n as usize], val);
     // fallocate and statfs.
-    let f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(m.p("pre")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(m.p("pre"))
+        .unwrap();
     // SAFETY: valid fd.
     let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 1 << 20) };
     assert_eq!(r, 0);
@@ -244,14 +336,27 @@ fn posix_operations_through_std_fs() {
     m.mount();
     assert_eq!(std::fs::read_to_string(m.p("d1/d2/moved")).unwrap(), "7");
     assert_eq!(std::fs::read_dir(m.p("d1")).unwrap().count(), 1501);
-    assert_eq!(std::fs::metadata(m.p("x")).unwrap().mtime_nsec(), 123_456_789);
+    assert_eq!(
+        std::fs::metadata(m.p("x")).unwrap().mtime_nsec(),
+        123_456_789
+    );
     m.umount();
     m.fsck();
 }
 
 fn sh(dir: &Path, script: &str) {
-    let out = Command::new("sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
-    assert!(out.status.success(), "`{script}` failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`{script}` failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -261,7 +366,10 @@ fn shell_tools_cp_tar_git_rm() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     let d = m.dir.display().to_string();
     sh(src, &format!("cp -a crates src Cargo.toml {d}/"));
-    sh(src, &format!("diff -r crates {d}/crates && diff -r src {d}/src"));
+    sh(
+        src,
+        &format!("diff -r crates {d}/crates && diff -r src {d}/src"),
+    );
     sh(&m.dir, "tar cf /tmp/ptsd-e2e-$$.tar crates && mkdir untar && tar xf /tmp/ptsd-e2e-$$.tar -C untar && rm /tmp/ptsd-e2e-$$.tar && diff -r crates untar/crates");
     if Command::new("git").arg("--version").output().is_ok() {
         sh(&m.dir, "git init -q repo && cp -a src repo/ && cd repo && git add -A && git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline | grep -q first && git status --porcelain | wc -l | grep -qx 0");
@@ -269,7 +377,10 @@ fn shell_tools_cp_tar_git_rm() {
         eprintln!("git not installed: skipping the git part");
     }
     sh(&m.dir, "rm -rf crates untar repo src");
-    let left: Vec<_> = std::fs::read_dir(&m.dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(&m.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left, vec![std::ffi::OsString::from("Cargo.toml")]);
     m.umount();
     m.fsck();
@@ -306,7 +417,10 @@ fn concurrent_writers_with_fsync() {
             if i % 3 == 0 {
                 assert!(!p.exists());
             } else {
-                assert_eq!(std::fs::read_to_string(&p).unwrap(), format!("{t}-{i}-").repeat(100 + i));
+                assert_eq!(
+                    std::fs::read_to_string(&p).unwrap(),
+                    format!("{t}-{i}-").repeat(100 + i)
+                );
             }
         }
     }
@@ -315,8 +429,12 @@ fn concurrent_writers_with_fsync() {
 }
 
 fn fsx_binary() -> Option<PathBuf> {
-    let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-    let mut cands: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).map(|d| d.join("fsx")).collect()).unwrap_or_default();
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let mut cands: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("fsx")).collect())
+        .unwrap_or_default();
     if let Some(h) = home {
         cands.push(h.join("bin/fsx"));
     }
@@ -326,12 +444,23 @@ fn fsx_binary() -> Option<PathBuf> {
 #[test]
 fn fsx_random_operations() {
     require_fuse!();
-    let fsx = fsx_binary().expect("the fsx binary is not installed (scripts/setup installs it with cargo install fsx)");
+    let fsx = fsx_binary().expect(
+        "the fsx binary is not installed (scripts/setup installs it with cargo install fsx)",
+    );
     let mut m = Mounted::new("512M");
     for seed in [1u32, 7] {
         let file = m.p(&format!("fsx-{seed}"));
-        let out = Command::new(&fsx).args(["-N", "3000", "-S", &seed.to_string()]).arg(&file).output().unwrap();
-        assert!(out.status.success(), "fsx seed {seed} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&fsx)
+            .args(["-N", "3000", "-S", &seed.to_string()])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fsx seed {seed} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     m.umount();
     m.fsck();

@@ -318,6 +318,36 @@ impl Held {
     }
 }
 
+/// Why an inode could not be loaded.
+enum LoadErr {
+    /// Not an inode (freed, or a stale number).
+    Stale,
+    Format(FormatError),
+    Store(crate::error::StoreError),
+}
+
+impl LoadErr {
+    fn errno(self) -> Errno {
+        match self {
+            LoadErr::Stale => Errno::ENOENT,
+            LoadErr::Format(f) => Errno::from(f),
+            LoadErr::Store(s) => Errno::from(s),
+        }
+    }
+}
+
+impl From<FormatError> for LoadErr {
+    fn from(e: FormatError) -> Self {
+        LoadErr::Format(e)
+    }
+}
+
+impl From<crate::error::StoreError> for LoadErr {
+    fn from(e: crate::error::StoreError) -> Self {
+        LoadErr::Store(e)
+    }
+}
+
 /// Outcome of trying to take a secondary lock.
 enum Try<T> {
     Done(T),
@@ -359,11 +389,15 @@ impl FileSystem {
             ("root directory", sb.root_ino),
             ("orphan directory", sb.orphan_ino),
         ] {
-            let i = fs.get(ino).map_err(|e| {
-                FsError::NeedsRepair(format!("cannot load the {what} (inode {ino}): {e}"))
-            })?;
-            let mut g = i.lock();
-            if !g.is_dir() {
+            let why = |e: LoadErr| match e {
+                LoadErr::Stale => {
+                    FsError::NeedsRepair(format!("the {what} (inode {ino}) is not marked in use"))
+                }
+                LoadErr::Format(f) => FsError::NeedsRepair(format!("cannot load the {what}: {f}")),
+                LoadErr::Store(s) => FsError::Store(s),
+            };
+            let mut inode = fs.load_raw(ino).map_err(why)?;
+            if !inode.is_dir() {
                 return Err(FormatError::Corrupt {
                     what: "inode",
                     block: ino,
@@ -371,8 +405,10 @@ impl FileSystem {
                 }
                 .into());
             }
-            fs.ensure_dir(&mut g)
-                .map_err(|e| FsError::NeedsRepair(format!("cannot read the {what}: {e}")))?;
+            inode.dir = Some(fs.load_dir(&inode).map_err(why)?);
+            fs.shard(ino)
+                .lock()
+                .insert(ino, Arc::new(Mutex::new(inode)));
         }
         store.write_super(&sb.encode())?;
         fs.orphans_freed = fs
@@ -422,19 +458,24 @@ impl FileSystem {
     }
 
     fn load(&self, ino: u64) -> Result<Inode, Errno> {
+        self.load_raw(ino).map_err(LoadErr::errno)
+    }
+
+    fn load_raw(&self, ino: u64) -> Result<Inode, LoadErr> {
         let (data_start, num_blocks) = {
             let sb = self.sb.lock();
             (sb.data_start, sb.num_blocks)
         };
         if ino < data_start || ino >= num_blocks || !self.alloc.is_used(ino) {
-            return Err(Errno::ENOENT);
+            return Err(LoadErr::Stale);
         }
-        let b = self.read_block(ino)?;
+        let mut b = vec![0u8; BLOCK_SIZE];
+        self.store.read(ino, &mut b)?;
         let d = match DiskInode::decode(&b, ino) {
             Ok(d) => d,
             // A stale number whose block now holds something else.
             Err(FormatError::Corrupt { why, .. }) if why == "bad magic" => {
-                return Err(Errno::ENOENT)
+                return Err(LoadErr::Stale)
             }
             Err(e) => return Err(e.into()),
         };
@@ -450,8 +491,8 @@ impl FileSystem {
                 }
                 .into());
             }
-            let ob = self.read_block(next)?;
-            let (n, ext) = decode_overflow(&ob, next, ino)?;
+            self.store.read(next, &mut b)?;
+            let (n, ext) = decode_overflow(&b, next, ino)?;
             overflow.push(next);
             extents.extend(ext);
             next = n;
@@ -473,6 +514,29 @@ impl FileSystem {
             open_count: 0,
             freed: false,
         })
+    }
+
+    /// Read a directory's blocks into its index.
+    fn load_dir(&self, g: &Inode) -> Result<DirIndex, LoadErr> {
+        let nblocks = g.d.size / BS;
+        let mut blocks = Vec::with_capacity(nblocks as usize);
+        let mut b = vec![0u8; BLOCK_SIZE];
+        for lblk in 0..nblocks {
+            let (pblk, _, _) = g.ext.lookup(lblk).ok_or_else(|| FormatError::Corrupt {
+                what: "directory",
+                block: g.d.ino,
+                why: format!("hole at block {lblk}"),
+            })?;
+            self.store.read(pblk, &mut b)?;
+            blocks.push(decode_dir_block(&b, pblk, g.d.ino)?);
+        }
+        Ok(
+            DirIndex::from_blocks(blocks).map_err(|why| FormatError::Corrupt {
+                what: "directory",
+                block: g.d.ino,
+                why,
+            })?,
+        )
     }
 
     /// The cached inode `ino`, loading it on first use.
@@ -540,26 +604,7 @@ impl FileSystem {
         if g.dir.is_some() {
             return Ok(());
         }
-        let nblocks = g.d.size / BS;
-        let mut blocks = Vec::with_capacity(nblocks as usize);
-        for lblk in 0..nblocks {
-            let (pblk, _, _) = g.ext.lookup(lblk).ok_or_else(|| {
-                Errno::from(FormatError::Corrupt {
-                    what: "directory",
-                    block: g.d.ino,
-                    why: format!("hole at block {lblk}"),
-                })
-            })?;
-            let b = self.read_block(pblk)?;
-            blocks.push(decode_dir_block(&b, pblk, g.d.ino)?);
-        }
-        let idx = DirIndex::from_blocks(blocks).map_err(|why| {
-            Errno::from(FormatError::Corrupt {
-                what: "directory",
-                block: g.d.ino,
-                why,
-            })
-        })?;
+        let idx = self.load_dir(g).map_err(LoadErr::errno)?;
         g.dir = Some(idx);
         Ok(())
     }

@@ -331,3 +331,98 @@ fn concurrent_operations_stay_consistent() {
     drop(fs);
     fsck_clean(&dev);
 }
+
+#[test]
+fn corrupt_images_are_refused_with_a_reason() {
+    // Not a ptsd-fs image at all.
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 256).unwrap());
+    let err = FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap()))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("not a ptsd-fs image"), "{err}");
+    // A flipped bit in the root inode.
+    let (dev, fs) = fresh(1024);
+    let root = fs.root();
+    fs.close().unwrap();
+    drop(fs);
+    let mut b = vec![0u8; 4096];
+    dev.read(root, &mut b).unwrap();
+    b[300] ^= 0x10;
+    dev.write(root, &b).unwrap();
+    let err = FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap()))
+        .err()
+        .unwrap();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("root directory") && msg.contains("checksum mismatch"),
+        "{msg}"
+    );
+    // A damaged superblock.
+    dev.read(0, &mut b).unwrap();
+    b[20] ^= 1;
+    dev.write(0, &b).unwrap();
+    let err = FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap()))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("superblock"), "{err}");
+    // Random garbage everywhere: never a panic.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+    for _ in 0..20 {
+        let (dev, fs) = fresh(256);
+        let f = fs.create(fs.root(), b"f", 0o644, ME).unwrap();
+        fs.write(f.ino, 0, &[1u8; 9000]).unwrap();
+        fs.close().unwrap();
+        drop(fs);
+        let blk = rng.gen_range(1..12);
+        dev.read(blk, &mut b).unwrap();
+        let i = rng.gen_range(0..4096);
+        b[i] = b[i].wrapping_add(1 + rng.gen_range(0..250));
+        dev.write(blk, &b).unwrap();
+        if let Ok(fs) = FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap())) {
+            let _ = fs.readdir(fs.root(), 0, 100);
+            if let Ok(a) = fs.lookup(fs.root(), b"f") {
+                let _ = fs.read(a.ino, 0, 10_000);
+            }
+        }
+        let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
+        let _ = fsck::check(store, false);
+    }
+}
+
+#[test]
+fn fsck_repairs_link_counts_bitmaps_and_orphans() {
+    let (dev, fs) = fresh(1024);
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o644, ME).unwrap();
+    fs.write(f.ino, 0, &[5u8; 10_000]).unwrap();
+    fs.release(f.ino).unwrap();
+    // An open, unlinked file left behind by a "crash".
+    let g = fs.create(root, b"g", 0o644, ME).unwrap();
+    fs.write(g.ino, 0, &[6u8; 10_000]).unwrap();
+    fs.unlink(root, b"g").unwrap();
+    fs.fsync().unwrap();
+    std::mem::forget(fs);
+    // Break f's link count and leak a block in the bitmap.
+    let mut b = vec![0u8; 4096];
+    dev.read(f.ino, &mut b).unwrap();
+    let mut d = ptsd_fs::format::DiskInode::decode(&b, f.ino).unwrap();
+    d.nlink = 5;
+    dev.write(f.ino, &d.encode()).unwrap();
+    dev.read(1, &mut b).unwrap();
+    b[100] = 0xff;
+    ptsd_fs::format::seal_bitmap(&mut b);
+    dev.write(1, &b).unwrap();
+    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
+    let r = fsck::check(store.clone(), false).unwrap();
+    let all = r.problems.join("\n");
+    assert!(all.contains("link count 5 should be 1"), "{all}");
+    assert!(all.contains("orphan inode"), "{all}");
+    assert!(all.contains("marked used but owned by nothing"), "{all}");
+    let r = fsck::check(store.clone(), true).unwrap();
+    assert!(r.repaired);
+    fsck_clean(&dev);
+    let fs = remount(&dev);
+    let f = fs.lookup(fs.root(), b"f").unwrap();
+    assert_eq!(f.nlink, 1);
+    assert_eq!(fs.read(f.ino, 0, 20_000).unwrap(), vec![5u8; 10_000]);
+}
