@@ -390,16 +390,23 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         Some(mut w) => {
             let _ = write!(w, "OK {line}");
             drop(w);
-            // Detach from the terminal.
+            // Detach from the terminal; errors go to a log beside the pid file.
+            let log = pidf.with_extension("log");
             if let Ok(null) = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .open("/dev/null")
             {
+                let err = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap_or(null.try_clone()?);
                 // SAFETY: dup2 onto the standard descriptors of this process.
                 unsafe {
                     libc::dup2(null.as_raw_fd(), 0);
                     libc::dup2(null.as_raw_fd(), 1);
+                    libc::dup2(err.as_raw_fd(), 2);
                 }
             }
         }

@@ -451,7 +451,7 @@ fn fsx_random_operations() {
     for seed in [1u32, 7] {
         let file = m.p(&format!("fsx-{seed}"));
         let out = Command::new(&fsx)
-            .args(["-N", "3000", "-S", &seed.to_string()])
+            .args(["-N", "2000", "-S", &seed.to_string()])
             .arg(&file)
             .output()
             .unwrap();
@@ -464,4 +464,96 @@ fn fsx_random_operations() {
     }
     m.umount();
     m.fsck();
+}
+
+/// The daemon's pid file (same naming as `ptsd mount`).
+fn pid_file(dir: &Path) -> PathBuf {
+    let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let name: String = canon
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    PathBuf::from("/run/ptsd").join(format!("{name}.pid"))
+}
+
+fn wait_gone(p: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while p.exists() {
+        assert!(Instant::now() < deadline, "{} still there", p.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn default_mount_creates_its_own_device_and_mount_helper_works() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    // `ptsd mount DIR` with nothing else (data dir redirected for the test).
+    let out = Command::new(PTSD)
+        .arg("mount")
+        .arg(&dir)
+        .env("PTSD_DATA_DIR", tmp.path().join("data"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("durability:"), "{text}");
+    assert!(is_fuse_mounted(&dir));
+    std::fs::write(dir.join("hello"), b"world").unwrap();
+    let pidf = pid_file(&dir);
+    assert!(pidf.exists());
+    // Plain umount(8) works too; the daemon then finishes on its own.
+    assert!(Command::new("umount").arg(&dir).status().unwrap().success());
+    wait_gone(&pidf);
+    let img = tmp.path().join("data/fs.img");
+    let out = Command::new(PTSD).arg("fsck").arg(&img).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("clean"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // mount -t fuse.ptsd through the helper, if we may install it.
+    let helper = Path::new("/sbin/mount.fuse.ptsd");
+    let ours = std::fs::read_link(helper)
+        .map(|t| t == Path::new(PTSD))
+        .unwrap_or(false);
+    if helper.exists() && !ours {
+        eprintln!(
+            "{} exists and is not ours: skipping the mount(8) part",
+            helper.display()
+        );
+        return;
+    }
+    if !ours && std::os::unix::fs::symlink(PTSD, helper).is_err() {
+        eprintln!(
+            "cannot install {}: skipping the mount(8) part",
+            helper.display()
+        );
+        return;
+    }
+    let st = Command::new("mount")
+        .args(["-t", "fuse.ptsd"])
+        .arg(&img)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    let mounted = is_fuse_mounted(&dir);
+    let content = std::fs::read(dir.join("hello")).ok();
+    if mounted {
+        assert!(Command::new("umount").arg(&dir).status().unwrap().success());
+        wait_gone(&pid_file(&dir));
+    }
+    if !ours {
+        let _ = std::fs::remove_file(helper);
+    }
+    assert!(st.success() && mounted, "mount -t fuse.ptsd failed");
+    assert_eq!(content.as_deref(), Some(&b"world"[..]));
 }

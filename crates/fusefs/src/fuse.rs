@@ -132,7 +132,31 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.lookup(self.ino(parent), name.as_bytes()), reply);
+        match self.fs.lookup(self.ino(parent), name.as_bytes()) {
+            // A negative entry (node id 0) lets the kernel cache "no such
+            // name" too: only this daemon changes the tree, through the kernel.
+            Err(Errno::ENOENT) => {
+                let none = Attr {
+                    ino: 0,
+                    size: 0,
+                    blocks: 0,
+                    atime: Ts::default(),
+                    mtime: Ts::default(),
+                    ctime: Ts::default(),
+                    crtime: Ts::default(),
+                    mode: libc::S_IFREG,
+                    nlink: 0,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    generation: 0,
+                };
+                let mut attr = self.attr(&none);
+                attr.ino = INodeNo(0);
+                reply.entry(&TTL, &attr, Generation(0));
+            }
+            r => self.entry(r, reply),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
