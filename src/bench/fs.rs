@@ -21,12 +21,15 @@ enum Target {
     Ext4,
     /// The bench crate's no-op in-memory FUSE fs (the FUSE ceiling).
     Noop,
+    /// A directory in the work dir on the host's own file system (same
+    /// disk, no loop device in between): a reference row.
+    Host,
 }
 
 #[derive(Args, Debug)]
 pub struct FsArgs {
     /// Targets to run, in order.
-    #[arg(long, value_delimiter = ',', default_values = ["ext4", "noop", "ptsd"])]
+    #[arg(long, value_delimiter = ',', default_values = ["ext4", "host", "noop", "ptsd"])]
     targets: Vec<Target>,
     /// Also run on an existing directory: NAME=DIR (repeatable).
     #[arg(long = "dir", value_name = "NAME=DIR")]
@@ -123,6 +126,15 @@ pub fn run(a: FsArgs) -> Result<()> {
                 image_dir: work_dir.clone(),
                 size: a.ext4_size_mib << 20,
             },
+            Target::Host => {
+                let path = work_dir.join("host");
+                std::fs::create_dir_all(&path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                TargetSpec::Dir {
+                    name: suite::HOST.into(),
+                    path,
+                }
+            }
             Target::Noop => TargetSpec::Noop(NoopOptions {
                 threads: a.noop_threads,
                 writeback_cache: a.noop_writeback_cache,

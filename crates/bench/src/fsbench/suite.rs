@@ -19,6 +19,8 @@ use super::{
 pub const PTSD: &str = "ptsd";
 /// Name of the ext4-on-loop target.
 pub const EXT4: &str = "ext4";
+/// Name of the reference row: a directory on the host's own file system.
+pub const HOST: &str = "host-fs";
 /// Name of the no-op FUSE target.
 pub const NOOP: &str = "noop-fuse";
 
@@ -204,6 +206,26 @@ pub struct SuiteReport {
     pub targets: Vec<TargetReport>,
     /// ptsd against ext4 and against the no-op FUSE fs.
     pub ratios: Vec<Ratio>,
+    /// CPUs online and /proc/loadavg before and after: other work on the
+    /// machine moves every figure, so the report says how busy it was.
+    pub machine: MachineLoad,
+}
+
+/// How busy the machine was around the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct MachineLoad {
+    /// CPUs online.
+    pub cpus: usize,
+    /// `/proc/loadavg` when the suite started.
+    pub loadavg_before: String,
+    /// `/proc/loadavg` when it ended.
+    pub loadavg_after: String,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 /// Sets up each target in turn, runs the workloads on it, tears it down.
@@ -215,6 +237,7 @@ pub fn run_suite(
     scratch: &Path,
     mut progress: impl FnMut(&str),
 ) -> SuiteReport {
+    let loadavg_before = loadavg();
     let mut reports = Vec::new();
     for spec in targets {
         let name = spec.name().to_string();
@@ -260,6 +283,11 @@ pub fn run_suite(
         config: cfg.clone(),
         targets: reports,
         ratios,
+        machine: MachineLoad {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            loadavg_before,
+            loadavg_after: loadavg(),
+        },
     }
 }
 
@@ -304,6 +332,12 @@ fn ratios(reports: &[TargetReport]) -> Vec<Ratio> {
         "varmail ops/s ptsd/noop",
         varmail_rate(reports, PTSD),
         varmail_rate(reports, NOOP),
+        None,
+    );
+    push(
+        "varmail ops/s ptsd/host-fs",
+        varmail_rate(reports, PTSD),
+        varmail_rate(reports, HOST),
         None,
     );
     push(
@@ -354,6 +388,12 @@ pub fn render_table(report: &SuiteReport) -> String {
         s,
         "tokubench-like: {} threads, {} B files, {} per dir, {:?}, syncfs at end: {}",
         t.threads, t.file_size, t.files_per_dir, t.bound, t.sync_at_end
+    );
+    let m = &report.machine;
+    let _ = writeln!(
+        s,
+        "machine: {} CPUs, load average {} before, {} after",
+        m.cpus, m.loadavg_before, m.loadavg_after
     );
     let _ = writeln!(s);
     let _ = writeln!(
