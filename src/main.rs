@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod fs;
+mod sim;
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +32,8 @@ enum Command {
     Umount(fs::UmountArgs),
     /// Run a benchmark and report figures against its targets.
     Bench(bench::BenchArgs),
+    /// Simulate the emulated SSD (workloads, traces, the PTSD paper's experiment).
+    Sim(sim::SimArgs),
 }
 
 fn main() -> Result<()> {
@@ -49,6 +52,7 @@ fn main() -> Result<()> {
         Command::Mount(a) => fs::mount_cmd(&a)?,
         Command::Umount(a) => fs::umount_cmd(&a)?,
         Command::Bench(args) => bench::run(args)?,
+        Command::Sim(args) => sim::run(args)?,
     }
     Ok(())
 }

@@ -1,5 +1,9 @@
 //! Benchmarks and experiments for ptsd.
 //!
+//! [`paper_ftl`] is `ptsd sim --paper`: the PTSD paper's evaluation (PAGE,
+//! DFTL, PART, PART-SCHED, WRITEOPT on the emulated SSD), with latency CDF
+//! plots drawn by [`plot`]; the criterion benches live in `benches/`.
+//!
 //! [`fsbench`] is `ptsd bench fs`: two file-system workloads — a
 //! varmail-like one (fsync-heavy small-file mail server) and a
 //! tokubench-like one (many 4 KiB file creates) — run on any directory, and
@@ -22,3 +26,5 @@
 //! ```
 
 pub mod fsbench;
+pub mod paper_ftl;
+pub mod plot;

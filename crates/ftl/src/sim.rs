@@ -31,6 +31,7 @@ use crate::request::{Completion, Op, Request};
 use crate::stats::{LatencyRecorder, PhaseReport, Throughput};
 use crate::trace::{TraceError, TraceReader, TraceRecord};
 use crate::workload::Workload;
+use crate::{Done, FtlStats, Payload, Ssd};
 
 /// An error a device reports for a request it cannot take.
 pub type DeviceError = Box<dyn std::error::Error + Send + Sync>;
@@ -43,8 +44,8 @@ pub trait SimDevice {
     /// Hand the device a request at `now_ns`.
     fn submit(&mut self, now_ns: u64, req: Request) -> Result<(), DeviceError>;
     /// Run the device up to `now_ns`, appending the requests completed by
-    /// then to `done`.
-    fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>);
+    /// then to `done`; an error means the device failed and cannot go on.
+    fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) -> Result<(), DeviceError>;
     /// The time of the device's next internal event, if it has work.
     fn next_event(&self) -> Option<u64>;
     /// The counters since the last [`SimDevice::reset_stats`].
@@ -63,6 +64,12 @@ pub enum SimError {
         id: u64,
         op: Op,
         lpn: u64,
+        now_ns: u64,
+        #[source]
+        source: DeviceError,
+    },
+    #[error("the device failed at {now_ns} ns: {source}")]
+    DeviceFailed {
         now_ns: u64,
         #[source]
         source: DeviceError,
@@ -339,7 +346,9 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
                 let t = t.max(self.now_ns);
                 self.now_ns = t;
                 done.clear();
-                self.device.advance(t, &mut done);
+                self.device
+                    .advance(t, &mut done)
+                    .map_err(|source| SimError::DeviceFailed { now_ns: t, source })?;
                 for c in &done {
                     phase.completed(c);
                     if let Some(req) = source.next_request()? {
@@ -391,7 +400,9 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
                     let t = t.max(self.now_ns);
                     self.now_ns = t;
                     done.clear();
-                    self.device.advance(t, &mut done);
+                    self.device
+                        .advance(t, &mut done)
+                        .map_err(|source| SimError::DeviceFailed { now_ns: t, source })?;
                     for c in &done {
                         phase.completed(c);
                     }
@@ -462,6 +473,71 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
     }
 }
 
+/// An [`Ssd`] as a simulator device: timing only, no payloads.
+pub struct SsdDevice {
+    ssd: Ssd,
+    scratch: Vec<Done>,
+}
+
+impl SsdDevice {
+    pub fn new(ssd: Ssd) -> Self {
+        SsdDevice {
+            ssd,
+            scratch: Vec::with_capacity(1024),
+        }
+    }
+
+    pub fn ssd(&self) -> &Ssd {
+        &self.ssd
+    }
+
+    pub fn into_inner(self) -> Ssd {
+        self.ssd
+    }
+}
+
+impl SimDevice for SsdDevice {
+    type Stats = FtlStats;
+
+    #[inline]
+    fn submit(&mut self, now_ns: u64, req: Request) -> Result<(), DeviceError> {
+        self.ssd
+            .submit(now_ns, req, Payload::None)
+            .map_err(|e| Box::new(e) as DeviceError)
+    }
+
+    #[inline]
+    fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) -> Result<(), DeviceError> {
+        self.scratch.clear();
+        self.ssd.advance(now_ns, &mut self.scratch);
+        for d in self.scratch.drain(..) {
+            if d.failed {
+                let why = self.ssd.fault().unwrap_or("unknown fault").to_string();
+                return Err(why.into());
+            }
+            done.push(d.completion);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn next_event(&self) -> Option<u64> {
+        self.ssd.next_event()
+    }
+
+    fn stats(&self) -> FtlStats {
+        self.ssd.stats().clone()
+    }
+
+    fn reset_stats(&mut self) {
+        self.ssd.reset_stats();
+    }
+
+    fn page_size(&self) -> u32 {
+        self.ssd.page_size()
+    }
+}
+
 /// Simple devices for testing the simulator and for examples.
 pub mod testing {
     use std::cmp::Reverse;
@@ -515,7 +591,7 @@ pub mod testing {
             Ok(())
         }
 
-        fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) {
+        fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) -> Result<(), DeviceError> {
             while let Some(&Reverse((t, id, submit_ns, read))) = self.pending.peek() {
                 if t > now_ns {
                     break;
@@ -530,6 +606,7 @@ pub mod testing {
                     done_ns: t,
                 });
             }
+            Ok(())
         }
 
         fn next_event(&self) -> Option<u64> {

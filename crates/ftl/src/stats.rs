@@ -25,6 +25,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::request::{Completion, Op};
+use crate::FtlStats;
 
 /// Highest latency the histograms resolve (one hour); longer ones are
 /// recorded as one hour.
@@ -224,6 +225,30 @@ impl DeviceColumns for () {
     }
 }
 
+impl DeviceColumns for FtlStats {
+    fn columns(&self) -> Vec<(&'static str, String)> {
+        let lookups = self.cmt_read_hits + self.cmt_read_misses;
+        let hit = if lookups == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}", 100.0 * self.cmt_read_hits as f64 / lookups as f64)
+        };
+        vec![
+            ("WAF", format!("{:.2}", self.waf)),
+            ("CMT rd hit%", hit),
+            ("map rd by rd", self.map_reads.host_read.to_string()),
+            ("map pg by rd", self.map_programs.host_read.to_string()),
+            ("pg on rd path", self.read_path_programs.to_string()),
+            ("map pg all", self.map_programs.total().to_string()),
+            (
+                "GC runs",
+                (self.gc_data_runs + self.gc_map_runs).to_string(),
+            ),
+            ("erases", self.erases.to_string()),
+        ]
+    }
+}
+
 /// Everything measured in one phase of a run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PhaseReport<S> {
@@ -292,17 +317,25 @@ pub fn format_table<S: DeviceColumns>(title: &str, rows: &[(String, &PhaseReport
         if i == 0 {
             header.extend(dev.iter().map(|(h, _)| h.to_string()));
         }
+        // Latency cells of a direction with no requests stay empty.
+        let lat = |s: &LatencySummary, v: f64| {
+            if s.count == 0 {
+                "-".to_string()
+            } else {
+                fmt_us(v)
+            }
+        };
         let mut row = vec![
             label.clone(),
             p.throughput.requests.to_string(),
             format!("{:.0}", p.throughput.iops),
             format!("{:.1}", p.throughput.mb_per_s),
-            fmt_us(p.read.mean_us),
-            fmt_us(p.read.p50_us),
-            fmt_us(p.read.p99_us),
-            fmt_us(p.read.p999_us),
-            fmt_us(p.read.max_us),
-            fmt_us(p.write.p99_us),
+            lat(&p.read, p.read.mean_us),
+            lat(&p.read, p.read.p50_us),
+            lat(&p.read, p.read.p99_us),
+            lat(&p.read, p.read.p999_us),
+            lat(&p.read, p.read.max_us),
+            lat(&p.write, p.write.p99_us),
         ];
         row.extend(dev.into_iter().map(|(_, v)| v));
         body.push(row);

@@ -1,0 +1,468 @@
+//! The PTSD paper's experiment: PAGE, DFTL, PART, PART-SCHED and WRITEOPT
+//! on the emulated SSD.
+//!
+//! Device: 16 GiB logical (times `scale`), 20 % over-provisioning, the
+//! paper's NAND timing, mapping memory 20 % of the page FTL's map (PAGE
+//! keeps its full map). Phases, run back to back on each device at queue
+//! depth 128 with 4 KiB requests:
+//!
+//! 1. `fill`: one sequential pass of writes, so every logical page is mapped;
+//! 2. `randwrite`: random writes of twice the logical capacity (the paper's
+//!    preconditioning, steady-state GC);
+//! 3. `randread`: random reads;
+//! 4. `mixed70`: 70:30 random reads:writes — DFTL's read-path write-backs
+//!    and the buffer flushes the read-priority scheduler defers only show
+//!    when reads and writes interleave.
+//!
+//! Each phase is reported separately; the five devices run in parallel
+//! threads.
+//!
+//! ```
+//! use ptsd_bench::paper_ftl::{run, PaperOptions};
+//! let opts = PaperOptions::tiny();
+//! let report = run(&opts, &|_, _, _| {}).unwrap();
+//! assert_eq!(report.variants.len(), 5);
+//! let page = &report.variants[0];
+//! assert_eq!(page.name, "PAGE");
+//! assert_eq!(page.phase("randread").unwrap().device.map_reads.total(), 0);
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use ptsd_ftl::sim::{Simulator, SsdDevice};
+use ptsd_ftl::stats::{format_table, PhaseReport};
+use ptsd_ftl::workload::{precondition, WorkloadSpec};
+use ptsd_ftl::{FtlConfig, FtlStats, Ssd, Variant};
+use serde::{Deserialize, Serialize};
+
+use thiserror::Error;
+
+use crate::plot::{write_cdf_svg, Curve, PlotError};
+
+/// The paper experiment could not run or could not write its results.
+#[derive(Debug, Error)]
+pub enum PaperError {
+    #[error("invalid SSD configuration for {variant}: {source}")]
+    Config {
+        variant: String,
+        #[source]
+        source: ptsd_ftl::FtlError,
+    },
+    #[error("{variant}: {source}")]
+    Sim {
+        variant: String,
+        #[source]
+        source: ptsd_ftl::sim::SimError,
+    },
+    #[error("invalid experiment options: {0}")]
+    Options(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+    #[error("writing JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the simulation of {0} panicked (a bug; see the message above)")]
+    Panicked(String),
+}
+
+/// The paper's logical capacity: 16 GiB.
+pub const PAPER_LOGICAL_BYTES: u64 = 16 << 30;
+
+/// Blocks per chip a scaled-down device keeps (the full-size board has 640).
+pub const MIN_BLOCKS_PER_CHIP: u32 = 160;
+
+/// Knobs of the experiment; [`PaperOptions::default`] is the paper's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PaperOptions {
+    /// Logical capacity as a share of 16 GiB.
+    pub scale: f64,
+    /// Host queue depth.
+    pub qd: u32,
+    /// Random writes of the preconditioning, in logical capacities.
+    pub precondition_factor: f64,
+    /// Reads of the random-read phase, in logical capacities.
+    pub read_factor: f64,
+    /// Requests of the mixed phase, in logical capacities.
+    pub mixed_factor: f64,
+    /// Share of reads in the mixed phase, in percent.
+    pub mixed_read_percent: u8,
+    pub seed: u64,
+    /// Simulation threads (0: one per core).
+    pub threads: usize,
+    /// Geometry overrides (for tiny test devices): channels, chips per
+    /// channel, pages per block.
+    pub channels: Option<u32>,
+    pub chips_per_channel: Option<u32>,
+    pub pages_per_block: Option<u32>,
+}
+
+impl Default for PaperOptions {
+    fn default() -> Self {
+        PaperOptions {
+            scale: 1.0,
+            qd: 128,
+            precondition_factor: 2.0,
+            read_factor: 0.25,
+            mixed_factor: 0.25,
+            mixed_read_percent: 70,
+            seed: 1,
+            threads: 0,
+            channels: None,
+            chips_per_channel: None,
+            pages_per_block: None,
+        }
+    }
+}
+
+impl PaperOptions {
+    /// A device small enough for a test in debug mode (seconds): 64 MiB
+    /// logical on 2 channels x 2 chips (32-page blocks), queue depth 32.
+    pub fn tiny() -> Self {
+        PaperOptions {
+            scale: 1.0 / 256.0,
+            qd: 32,
+            channels: Some(2),
+            chips_per_channel: Some(2),
+            ..PaperOptions::default()
+        }
+    }
+
+    /// Logical bytes of the device (16 GiB x scale, whole 4 KiB pages).
+    pub fn logical_bytes(&self) -> u64 {
+        let bytes = (PAPER_LOGICAL_BYTES as f64 * self.scale).round() as u64;
+        bytes / 4096 * 4096
+    }
+
+    /// The device configuration of one variant.
+    ///
+    /// Channels, chips and timing stay the paper's at every scale; blocks
+    /// per chip shrink with the capacity. Below the full size, pages per
+    /// block are halved (down to 8) until each chip has at least
+    /// [`MIN_BLOCKS_PER_CHIP`] blocks, so that 20 % over-provisioning still
+    /// leaves GC enough spare blocks per chip.
+    pub fn config(&self, variant: Variant) -> FtlConfig {
+        let mut base = FtlConfig::default();
+        if let Some(c) = self.channels {
+            base.channels = c;
+        }
+        if let Some(c) = self.chips_per_channel {
+            base.chips_per_channel = c;
+        }
+        let mut sized = match self.pages_per_block {
+            Some(p) => {
+                base.pages_per_block = p;
+                base.with_logical_bytes(self.logical_bytes())
+            }
+            None => loop {
+                let sized = base.clone().with_logical_bytes(self.logical_bytes());
+                if sized.blocks_per_chip >= MIN_BLOCKS_PER_CHIP || base.pages_per_block <= 8 {
+                    break sized;
+                }
+                base.pages_per_block /= 2;
+            },
+        };
+        let paper = FtlConfig::paper(variant, self.logical_bytes());
+        sized.scheme = paper.scheme;
+        sized.scheduler = paper.scheduler;
+        sized.map_memory_bytes = paper.map_memory_bytes;
+        sized
+    }
+
+    fn check(&self) -> Result<(), PaperError> {
+        let bad = |m: &str| Err(PaperError::Options(m.to_string()));
+        if !(self.scale.is_finite() && self.scale > 0.0) {
+            return bad("scale must be a positive number");
+        }
+        if self.logical_bytes() < 1 << 20 {
+            return bad("scale gives a device under 1 MiB");
+        }
+        if self.qd == 0 {
+            return bad("queue depth must be at least 1");
+        }
+        for f in [
+            self.precondition_factor,
+            self.read_factor,
+            self.mixed_factor,
+        ] {
+            if !(f.is_finite() && f >= 0.0) {
+                return bad("phase lengths must be non-negative numbers");
+            }
+        }
+        if self.mixed_read_percent > 100 {
+            return bad("mixed read share is over 100 %");
+        }
+        Ok(())
+    }
+
+    /// The phases every variant runs, in order.
+    pub fn phases(&self) -> Vec<(String, WorkloadSpec)> {
+        let pages = self.logical_bytes() / 4096;
+        let [fill, randwrite] = precondition(pages, self.precondition_factor, self.seed);
+        let count = |f: f64| (pages as f64 * f).round() as u64;
+        vec![
+            ("fill".to_string(), fill),
+            ("randwrite".to_string(), randwrite),
+            (
+                "randread".to_string(),
+                WorkloadSpec::random_read(pages, count(self.read_factor), self.seed + 1),
+            ),
+            (
+                format!("mixed{}", self.mixed_read_percent),
+                WorkloadSpec::mixed(
+                    pages,
+                    self.mixed_read_percent,
+                    count(self.mixed_factor),
+                    self.seed + 2,
+                ),
+            ),
+        ]
+    }
+
+    /// Requests one variant simulates over all phases.
+    pub fn requests_per_variant(&self) -> u64 {
+        self.phases().iter().map(|(_, s)| s.requests).sum()
+    }
+}
+
+/// One variant's run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VariantReport {
+    /// The paper's name: PAGE, DFTL, PART, PART-SCHED, WRITEOPT.
+    pub name: String,
+    pub config: FtlConfig,
+    pub phases: Vec<PhaseReport<FtlStats>>,
+    pub wall_seconds: f64,
+}
+
+impl VariantReport {
+    /// The phase called `name`.
+    pub fn phase(&self, name: &str) -> Option<&PhaseReport<FtlStats>> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+}
+
+/// Everything the experiment measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PaperReport {
+    pub options: PaperOptions,
+    pub logical_bytes: u64,
+    /// The page FTL's full map, and the budget the others get.
+    pub full_map_bytes: u64,
+    pub map_budget_bytes: u64,
+    /// In the paper's order.
+    pub variants: Vec<VariantReport>,
+    /// Wall time of the whole experiment.
+    pub wall_seconds: f64,
+    /// Simulated requests (all variants) per second of wall time.
+    pub requests_per_wall_second: f64,
+}
+
+/// Run one variant through every phase; `progress(done, total)` is called
+/// as requests complete.
+pub fn run_variant(
+    opts: &PaperOptions,
+    variant: Variant,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<VariantReport, PaperError> {
+    opts.check()?;
+    let wall = Instant::now();
+    let name = variant.name().to_string();
+    let config = opts.config(variant);
+    let ssd = Ssd::new(config.clone()).map_err(|source| PaperError::Config {
+        variant: name.clone(),
+        source,
+    })?;
+    let total = opts.requests_per_variant();
+    // Requests of the phases already finished, for the progress callback.
+    let before = AtomicU64::new(0);
+    let mut sim = Simulator::new(SsdDevice::new(ssd)).with_progress(|p| {
+        progress(before.load(Ordering::Relaxed) + p.completed, total);
+    });
+    let mut phases = Vec::new();
+    for (phase_name, spec) in opts.phases() {
+        let mut workload = spec
+            .build()
+            .map_err(|e| PaperError::Options(format!("{phase_name}: {e}")))?;
+        let report = sim
+            .run_closed(&phase_name, &mut workload, opts.qd)
+            .map_err(|source| PaperError::Sim {
+                variant: name.clone(),
+                source,
+            })?;
+        before.fetch_add(spec.requests, Ordering::Relaxed);
+        phases.push(report);
+    }
+    Ok(VariantReport {
+        name,
+        config,
+        phases,
+        wall_seconds: wall.elapsed().as_secs_f64(),
+    })
+}
+
+/// The order to start the variants in: the slowest to simulate first, so
+/// that on few cores the last one to start is a short one.
+const START_ORDER: [usize; 5] = [1, 2, 3, 4, 0];
+
+/// Run all five variants on `opts.threads` threads; `progress(variant,
+/// done, total)` is called as each makes progress (variant indexes follow
+/// [`Variant::ALL`]).
+pub fn run(
+    opts: &PaperOptions,
+    progress: &(dyn Fn(usize, u64, u64) + Sync),
+) -> Result<PaperReport, PaperError> {
+    opts.check()?;
+    let wall = Instant::now();
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .min(Variant::ALL.len());
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<VariantReport, PaperError>>>> =
+        Mutex::new((0..Variant::ALL.len()).map(|_| None).collect());
+    let panicked = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = START_ORDER.get(k) else { break };
+                    let r = run_variant(opts, Variant::ALL[i], &|done, total| {
+                        progress(i, done, total)
+                    });
+                    let failed = r.is_err();
+                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                    if failed {
+                        // Skip the rest: the experiment is lost anyway.
+                        next.store(START_ORDER.len(), Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        // Joined here, a panicking simulation becomes an error, not a panic.
+        workers.into_iter().map(|w| w.join()).any(|r| r.is_err())
+    });
+    let mut variants = Vec::new();
+    let mut lost = Vec::new();
+    for (i, r) in results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .enumerate()
+    {
+        match r {
+            Some(Ok(v)) => variants.push(v),
+            Some(Err(e)) => return Err(e),
+            None => lost.push(Variant::ALL[i].name()),
+        }
+    }
+    if panicked || !lost.is_empty() {
+        return Err(PaperError::Panicked(lost.join(", ")));
+    }
+    let wall_seconds = wall.elapsed().as_secs_f64();
+    let requests = opts.requests_per_variant() * variants.len() as u64;
+    let page_cfg = opts.config(Variant::Page);
+    let dftl_cfg = opts.config(Variant::Dftl);
+    Ok(PaperReport {
+        options: opts.clone(),
+        logical_bytes: opts.logical_bytes(),
+        full_map_bytes: page_cfg.full_map_bytes(),
+        map_budget_bytes: dftl_cfg.map_budget_bytes(),
+        variants,
+        wall_seconds,
+        requests_per_wall_second: requests as f64 / wall_seconds.max(1e-9),
+    })
+}
+
+impl PaperReport {
+    /// One table: every phase, the five variants under each.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "PTSD paper experiment: {:.2} GiB logical, 20 % OP, map memory {} KiB of the page FTL's {} KiB, qd {}\n\n",
+            self.logical_bytes as f64 / (1u64 << 30) as f64,
+            self.map_budget_bytes / 1024,
+            self.full_map_bytes / 1024,
+            self.options.qd,
+        );
+        let Some(first) = self.variants.first() else {
+            return out;
+        };
+        for phase in &first.phases {
+            let rows: Vec<(String, &PhaseReport<FtlStats>)> = self
+                .variants
+                .iter()
+                .filter_map(|v| v.phase(&phase.name).map(|p| (v.name.clone(), p)))
+                .collect();
+            out.push_str(&format_table(
+                &format!("phase {}: {}", phase.name, phase.workload),
+                &rows,
+            ));
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "wall time {:.1} s, {:.2} M simulated requests per wall second (all threads)\n",
+            self.wall_seconds,
+            self.requests_per_wall_second / 1e6
+        ));
+        out
+    }
+
+    /// Write `paper_ftl.json`, `table.txt` and one read-latency CDF plot per
+    /// read-carrying phase (`read_cdf_<phase>.svg`, whole distribution and
+    /// the tail from p80) into `dir`; returns the files written.
+    pub fn write_outputs(&self, dir: &Path) -> Result<Vec<PathBuf>, PaperError> {
+        let io = |path: &Path| {
+            let path = path.display().to_string();
+            move |source| PaperError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let mut written = Vec::new();
+        let json = dir.join("paper_ftl.json");
+        std::fs::write(&json, serde_json::to_string_pretty(self)?).map_err(io(&json))?;
+        written.push(json);
+        let table = dir.join("table.txt");
+        std::fs::write(&table, self.table()).map_err(io(&table))?;
+        written.push(table);
+        let Some(first) = self.variants.first() else {
+            return Ok(written);
+        };
+        for phase in &first.phases {
+            if phase.read.count == 0 {
+                continue;
+            }
+            let curves: Vec<Curve<'_>> = self
+                .variants
+                .iter()
+                .filter_map(|v| {
+                    v.phase(&phase.name).map(|p| Curve {
+                        label: &v.name,
+                        points: &p.read_cdf,
+                    })
+                })
+                .collect();
+            let path = dir.join(format!("read_cdf_{}.svg", phase.name));
+            write_cdf_svg(
+                &path,
+                &format!(
+                    "Read latency CDF, phase {} ({:.2} GiB, qd {})",
+                    phase.name,
+                    self.logical_bytes as f64 / (1u64 << 30) as f64,
+                    self.options.qd
+                ),
+                "read latency (µs, log scale)",
+                &curves,
+                0.8,
+            )?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+}

@@ -1,0 +1,478 @@
+//! `ptsd sim`: run the emulated SSD under a synthetic workload or a trace,
+//! or reproduce the PTSD paper's experiment (`--paper`).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ptsd_bench::paper_ftl::{self, PaperOptions};
+use ptsd_ftl::sim::{Progress, Simulator, SsdDevice, TraceSource};
+use ptsd_ftl::stats::SimReport;
+use ptsd_ftl::trace::{BlkparseEvent, OutOfRange, TraceFormat, TraceOptions, TraceReader};
+use ptsd_ftl::workload::{precondition, Access, WorkloadKind, WorkloadSpec};
+use ptsd_ftl::{FtlConfig, FtlStats, SchedulerKind, SchemeConfig, Ssd};
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FtlKind {
+    /// Full page map in DRAM.
+    Page,
+    /// Demand-based FTL: LRU cache of whole mapping pages.
+    Dftl,
+    /// PTSD: clean/dirty partitioned mapping cache.
+    Ptsd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SchedKind {
+    /// Requests in arrival order.
+    Fifo,
+    /// PTSD's write_stop: serve queued reads before a buffer flush.
+    ReadPriority,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TraceFormatArg {
+    Msr,
+    Blkparse,
+    Fiu,
+}
+
+/// Run the emulated SSD under a workload or a trace and report latency,
+/// throughput and FTL counters per phase.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Reproduce the PTSD paper's experiment: PAGE, DFTL, PART, PART-SCHED,
+    /// WRITEOPT; writes a table, a JSON and read-latency CDF plots to --out.
+    #[arg(long)]
+    paper: bool,
+    /// --paper: logical capacity as a share of the paper's 16 GiB.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// --paper: where to write the JSON, table and plots.
+    #[arg(long, default_value = "target/paper")]
+    out: PathBuf,
+    /// --paper: simulation threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+
+    /// Mapping scheme.
+    #[arg(long, value_enum, default_value = "ptsd")]
+    ftl: FtlKind,
+    /// PTSD: entry-granular dirty region with greedy batch update (WRITEOPT).
+    #[arg(long)]
+    entry_dirty: bool,
+    /// PTSD: adapt the clean:dirty split to the workload.
+    #[arg(long)]
+    adaptive: bool,
+    /// PTSD: share of the mapping cache for clean pages.
+    #[arg(long, default_value_t = 0.5)]
+    clean_ratio: f64,
+    /// Interface-queue scheduler [default: read-priority for ptsd, fifo
+    /// otherwise].
+    #[arg(long, value_enum)]
+    sched: Option<SchedKind>,
+    /// Logical capacity (e.g. 16GiB, 512MiB, or bytes).
+    #[arg(long, default_value = "16GiB")]
+    size: String,
+    /// Over-provisioning ratio.
+    #[arg(long, default_value_t = 0.2)]
+    op: f64,
+    /// Mapping memory: bytes (4MiB) or a share of the full page map (20%)
+    /// [default: full map for page, 20% otherwise].
+    #[arg(long)]
+    map_memory: Option<String>,
+    #[arg(long)]
+    channels: Option<u32>,
+    /// Chips per channel.
+    #[arg(long)]
+    chips: Option<u32>,
+    #[arg(long)]
+    pages_per_block: Option<u32>,
+    /// Page size in bytes (a power of two).
+    #[arg(long)]
+    page_size: Option<u32>,
+    /// Write-buffer pages (0: one per chip).
+    #[arg(long)]
+    write_buffer_pages: Option<u32>,
+
+    /// randread, randwrite, seqread, seqwrite or mixed:R (R% reads).
+    #[arg(long, default_value = "randread")]
+    workload: String,
+    /// Zipf-distributed addresses with this exponent instead of uniform.
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Request size in pages.
+    #[arg(long, default_value_t = 1)]
+    request_pages: u32,
+    /// Host queue depth.
+    #[arg(long, default_value_t = 128)]
+    qd: u32,
+    /// Requests of the measured phase [default: a quarter of the capacity
+    /// in pages].
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Before measuring: a sequential fill, then random writes of this many
+    /// capacities ("2x"); "0" skips preconditioning.
+    #[arg(long, default_value = "2x")]
+    precondition: String,
+
+    /// Replay a trace instead of a synthetic workload.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "msr")]
+    trace_format: TraceFormatArg,
+    /// Refuse (instead of wrapping) trace addresses beyond the capacity.
+    #[arg(long)]
+    trace_reject_out_of_range: bool,
+    /// blkparse: replay D (dispatch) events instead of Q (queue) events.
+    #[arg(long)]
+    trace_dispatch: bool,
+    /// Replay the trace open-loop by its timestamps (times this factor)
+    /// instead of closed-loop at --qd.
+    #[arg(long)]
+    open_loop: Option<f64>,
+
+    /// Print JSON on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Parse `16GiB`, `512MiB`, `4k`, `1.5G`, `1000000` (binary units; `KB`,
+/// `MB`, `GB`, `TB` are decimal).
+fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .parse()
+        .with_context(|| format!("size {s:?}: no number"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        u => bail!("size {s:?}: unknown unit {u:?}"),
+    };
+    let bytes = num * mult as f64;
+    if !(bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64) {
+        bail!("size {s:?} is out of range");
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// `2x`, `2`, `0.5x`, `none`.
+fn parse_factor(s: &str) -> Result<f64> {
+    let t = s.trim().trim_end_matches(['x', 'X']);
+    if t.eq_ignore_ascii_case("none") {
+        return Ok(0.0);
+    }
+    let f: f64 = t
+        .parse()
+        .with_context(|| format!("--precondition {s:?}: expected e.g. 2x"))?;
+    if !(f.is_finite() && f >= 0.0) {
+        bail!("--precondition {s:?} must be a non-negative number");
+    }
+    Ok(f)
+}
+
+impl SimArgs {
+    fn config(&self) -> Result<FtlConfig> {
+        let mut cfg = FtlConfig::default();
+        if let Some(v) = self.page_size {
+            cfg.page_size = v;
+        }
+        if let Some(v) = self.channels {
+            cfg.channels = v;
+        }
+        if let Some(v) = self.chips {
+            cfg.chips_per_channel = v;
+        }
+        if let Some(v) = self.pages_per_block {
+            cfg.pages_per_block = v;
+        }
+        if let Some(v) = self.write_buffer_pages {
+            cfg.write_buffer_pages = v;
+        }
+        cfg.op_ratio = self.op;
+        let mut cfg = cfg.with_logical_bytes(parse_size(&self.size)?);
+        cfg.scheme = match self.ftl {
+            FtlKind::Page => SchemeConfig::Page,
+            FtlKind::Dftl => SchemeConfig::Dftl,
+            FtlKind::Ptsd => SchemeConfig::Ptsd {
+                clean_ratio: self.clean_ratio,
+                entry_dirty: self.entry_dirty,
+                adaptive: self.adaptive,
+            },
+        };
+        if self.ftl != FtlKind::Ptsd && (self.entry_dirty || self.adaptive) {
+            bail!("--entry-dirty and --adaptive apply to --ftl ptsd only");
+        }
+        cfg.scheduler = match self.sched {
+            Some(SchedKind::Fifo) => SchedulerKind::Fifo,
+            Some(SchedKind::ReadPriority) => SchedulerKind::ReadPriority,
+            None if self.ftl == FtlKind::Ptsd => SchedulerKind::ReadPriority,
+            None => SchedulerKind::Fifo,
+        };
+        let full_map = cfg.full_map_bytes();
+        cfg.map_memory_bytes = match (&self.map_memory, self.ftl) {
+            (None, FtlKind::Page) => None,
+            (None, _) => Some(full_map / 5),
+            (Some(m), _) => Some(match m.trim().strip_suffix('%') {
+                Some(pct) => {
+                    let pct: f64 = pct
+                        .trim()
+                        .parse()
+                        .with_context(|| format!("--map-memory {m:?}"))?;
+                    if !(pct.is_finite() && pct > 0.0) {
+                        bail!("--map-memory {m:?} must be a positive share");
+                    }
+                    (full_map as f64 * pct / 100.0).round() as u64
+                }
+                None => parse_size(m)?,
+            }),
+        };
+        cfg.validate().context("invalid SSD configuration")?;
+        Ok(cfg)
+    }
+
+    fn paper_options(&self) -> PaperOptions {
+        PaperOptions {
+            scale: self.scale,
+            qd: self.qd,
+            seed: self.seed,
+            threads: self.threads,
+            channels: self.channels,
+            chips_per_channel: self.chips,
+            pages_per_block: self.pages_per_block,
+            ..PaperOptions::default()
+        }
+    }
+}
+
+/// A progress bar on stderr that appears only once a run has taken more
+/// than a second (and only on a terminal).
+struct LazyBar {
+    bar: ProgressBar,
+    start: Instant,
+    shown: std::sync::atomic::AtomicBool,
+}
+
+impl LazyBar {
+    fn new(total: u64, message: &str) -> Self {
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(message.to_string());
+        LazyBar {
+            bar,
+            start: Instant::now(),
+            shown: false.into(),
+        }
+    }
+
+    fn set(&self, done: u64, message: Option<&str>) {
+        if !self.shown.load(Ordering::Relaxed) && self.start.elapsed() > Duration::from_secs(1) {
+            self.shown.store(true, Ordering::Relaxed);
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        if let Some(m) = message {
+            self.bar.set_message(m.to_string());
+        }
+        self.bar.set_position(done);
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn print_outputs(table: &str, json: Option<String>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match json {
+        Some(j) => {
+            eprint!("{table}");
+            writeln!(out, "{j}")?;
+        }
+        None => write!(out, "{table}")?,
+    }
+    Ok(())
+}
+
+pub fn run(args: SimArgs) -> Result<()> {
+    if args.paper {
+        return run_paper(&args);
+    }
+    let cfg = args.config()?;
+    let pages = cfg.logical_pages();
+    let ssd = Ssd::new(cfg.clone()).context("creating the SSD")?;
+    let label = format!(
+        "{} {:.2} GiB, map memory {} KiB, {:?}, qd {}",
+        cfg.scheme.name(),
+        pages as f64 * f64::from(cfg.page_size) / (1u64 << 30) as f64,
+        cfg.map_budget_bytes() / 1024,
+        cfg.scheduler,
+        args.qd
+    );
+
+    let factor = parse_factor(&args.precondition)?;
+    let mut plan: Vec<(String, WorkloadSpec)> = Vec::new();
+    if factor > 0.0 {
+        let [fill, random] = precondition(pages, factor, args.seed);
+        plan.push(("fill".into(), fill));
+        plan.push(("precondition".into(), random));
+    }
+    let measured = args.requests.unwrap_or((pages / 4).max(1));
+    if args.trace.is_none() {
+        let kind: WorkloadKind = args.workload.parse()?;
+        let access = match (kind.sequential, args.zipf) {
+            (true, Some(_)) => bail!("--zipf needs a random workload"),
+            (true, None) => Access::Sequential,
+            (false, None) => Access::Uniform,
+            (false, Some(theta)) => Access::Zipf { theta },
+        };
+        let spec = WorkloadSpec {
+            access,
+            read_percent: kind.read_percent,
+            pages_per_request: args.request_pages,
+            start_lpn: 0,
+            span_pages: pages,
+            requests: measured,
+            seed: args.seed.wrapping_add(1),
+        };
+        spec.build()?;
+        plan.push((kind.to_string(), spec));
+    }
+    let planned: u64 = plan.iter().map(|(_, s)| s.requests).sum();
+
+    let bar = LazyBar::new(planned.max(1), "sim");
+    let before = AtomicU64::new(0);
+    let mut sim = Simulator::new(SsdDevice::new(ssd)).with_progress(|p: &Progress<'_>| {
+        bar.set(before.load(Ordering::Relaxed) + p.completed, Some(p.phase));
+    });
+    let mut report = SimReport::<FtlStats> {
+        label,
+        phases: Vec::new(),
+    };
+    for (name, spec) in &plan {
+        let mut w = spec.build()?;
+        report.phases.push(
+            sim.run_closed(name, &mut w, args.qd)
+                .with_context(|| format!("phase {name}"))?,
+        );
+        before.fetch_add(spec.requests, Ordering::Relaxed);
+    }
+    if let Some(path) = &args.trace {
+        let format = match args.trace_format {
+            TraceFormatArg::Msr => TraceFormat::Msr,
+            TraceFormatArg::Blkparse => TraceFormat::Blkparse,
+            TraceFormatArg::Fiu => TraceFormat::Fiu,
+        };
+        let mut opts = TraceOptions::new(format, cfg.page_size, pages);
+        if args.trace_reject_out_of_range {
+            opts.out_of_range = OutOfRange::Reject;
+        }
+        if args.trace_dispatch {
+            opts.blkparse_event = BlkparseEvent::Dispatched;
+        }
+        let reader = TraceReader::open(path, opts)?;
+        let name = path.display().to_string();
+        let mut source = TraceSource::new(reader, &name);
+        let phase = match args.open_loop {
+            Some(scale) => sim.run_open("trace", &mut source, scale)?,
+            None => sim.run_closed("trace", &mut source, args.qd)?,
+        };
+        report.phases.push(phase);
+    }
+    bar.finish();
+
+    #[derive(Serialize)]
+    struct Output<'a> {
+        config: &'a FtlConfig,
+        report: &'a SimReport<FtlStats>,
+    }
+    let json = if args.json {
+        Some(serde_json::to_string_pretty(&Output {
+            config: &cfg,
+            report: &report,
+        })?)
+    } else {
+        None
+    };
+    let wall: f64 = report.phases.iter().map(|p| p.wall_seconds).sum();
+    let reqs: u64 = report.phases.iter().map(|p| p.throughput.requests).sum();
+    let table = format!(
+        "{}\nwall time {:.2} s, {:.2} M simulated requests per wall second\n",
+        report.table(),
+        wall,
+        reqs as f64 / wall.max(1e-9) / 1e6
+    );
+    print_outputs(&table, json)
+}
+
+fn run_paper(args: &SimArgs) -> Result<()> {
+    let opts = args.paper_options();
+    let per_variant = opts.requests_per_variant();
+    let bar = LazyBar::new(per_variant * 5, "paper: PAGE DFTL PART PART-SCHED WRITEOPT");
+    let done: [AtomicU64; 5] = Default::default();
+    let report = paper_ftl::run(&opts, &|variant, n, _total| {
+        done[variant].store(n, Ordering::Relaxed);
+        bar.set(done.iter().map(|d| d.load(Ordering::Relaxed)).sum(), None);
+    })?;
+    bar.finish();
+    let files = report.write_outputs(&args.out)?;
+    let mut table = report.table();
+    table.push_str("wrote:");
+    for f in &files {
+        table.push_str(&format!(" {}", f.display()));
+    }
+    table.push('\n');
+    let json = if args.json {
+        Some(serde_json::to_string_pretty(&report)?)
+    } else {
+        None
+    };
+    print_outputs(&table, json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("16GiB").unwrap(), 16 << 30);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2GB").unwrap(), 2_000_000_000);
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("GiB").is_err());
+    }
+
+    #[test]
+    fn factors() {
+        assert_eq!(parse_factor("2x").unwrap(), 2.0);
+        assert_eq!(parse_factor("0.5").unwrap(), 0.5);
+        assert_eq!(parse_factor("none").unwrap(), 0.0);
+        assert!(parse_factor("-1x").is_err());
+        assert!(parse_factor("lots").is_err());
+    }
+}
