@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptsd_bench::paper_ftl::{self, PaperOptions};
-use ptsd_ftl::sim::{Progress, Simulator, SsdDevice, TraceSource};
+use ptsd_ftl::sim::{Progress, Simulator, TraceSource};
 use ptsd_ftl::stats::SimReport;
 use ptsd_ftl::trace::{BlkparseEvent, OutOfRange, TraceFormat, TraceOptions, TraceReader};
 use ptsd_ftl::workload::{precondition, Access, WorkloadKind, WorkloadSpec};
@@ -364,7 +364,7 @@ pub fn run(args: SimArgs) -> Result<()> {
 
     let bar = LazyBar::new(planned.max(1), "sim");
     let before = AtomicU64::new(0);
-    let mut sim = Simulator::new(SsdDevice::new(ssd)).with_progress(|p: &Progress<'_>| {
+    let mut sim = Simulator::new(ssd).with_progress(|p: &Progress<'_>| {
         bar.set(before.load(Ordering::Relaxed) + p.completed, Some(p.phase));
     });
     let mut report = SimReport::<FtlStats> {

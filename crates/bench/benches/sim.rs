@@ -8,7 +8,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ptsd_bench::paper_ftl::PaperOptions;
 use ptsd_ftl::sim::testing::FixedLatency;
-use ptsd_ftl::sim::{Simulator, SsdDevice};
+use ptsd_ftl::sim::Simulator;
 use ptsd_ftl::workload::{precondition, WorkloadSpec};
 use ptsd_ftl::{Ssd, Variant};
 
@@ -27,7 +27,7 @@ fn ptsd_engine(c: &mut Criterion) {
     group.throughput(Throughput::Elements(REQUESTS));
     for variant in [Variant::PartSched, Variant::WriteOpt, Variant::Dftl] {
         let ssd = Ssd::new(opts.config(variant)).expect("paper config is valid");
-        let mut sim = Simulator::new(SsdDevice::new(ssd));
+        let mut sim = Simulator::new(ssd);
         for spec in precondition(pages, 1.0, 1) {
             sim.run_closed("precondition", &mut spec.build().unwrap(), QD)
                 .unwrap();

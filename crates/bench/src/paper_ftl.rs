@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use ptsd_ftl::sim::{Simulator, SsdDevice};
+use ptsd_ftl::sim::Simulator;
 use ptsd_ftl::stats::{format_table, PhaseReport};
 use ptsd_ftl::workload::{precondition, WorkloadSpec};
 use ptsd_ftl::{FtlConfig, FtlStats, Ssd, Variant};
@@ -283,7 +283,7 @@ pub fn run_variant(
     let total = opts.requests_per_variant();
     // Requests of the phases already finished, for the progress callback.
     let before = AtomicU64::new(0);
-    let mut sim = Simulator::new(SsdDevice::new(ssd)).with_progress(|p| {
+    let mut sim = Simulator::new(ssd).with_progress(|p| {
         progress(before.load(Ordering::Relaxed) + p.completed, total);
     });
     let mut phases = Vec::new();

@@ -2,7 +2,7 @@
 //! queue depth or open-loop by trace timestamps, one phase at a time.
 //!
 //! The device is anything that implements [`SimDevice`] (the [`crate::Ssd`]
-//! does); requests come from a [`RequestSource`] (a synthetic
+//! does, timing only); requests come from a [`RequestSource`] (a synthetic
 //! [`Workload`] or a trace). Each phase resets the device's counters, runs
 //! until its last request completes and returns a [`PhaseReport`].
 //!
@@ -31,7 +31,6 @@ use crate::request::{Completion, Op, Request};
 use crate::stats::{LatencyRecorder, PhaseReport, Throughput};
 use crate::trace::{TraceError, TraceReader, TraceRecord};
 use crate::workload::Workload;
-use crate::{Done, FtlStats, Payload, Ssd};
 
 /// An error a device reports for a request it cannot take.
 pub type DeviceError = Box<dyn std::error::Error + Send + Sync>;
@@ -44,8 +43,8 @@ pub trait SimDevice {
     /// Hand the device a request at `now_ns`.
     fn submit(&mut self, now_ns: u64, req: Request) -> Result<(), DeviceError>;
     /// Run the device up to `now_ns`, appending the requests completed by
-    /// then to `done`; an error means the device failed and cannot go on.
-    fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) -> Result<(), DeviceError>;
+    /// then to `done`.
+    fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>);
     /// The time of the device's next internal event, if it has work.
     fn next_event(&self) -> Option<u64>;
     /// The counters since the last [`SimDevice::reset_stats`].
@@ -54,6 +53,11 @@ pub trait SimDevice {
     fn reset_stats(&mut self);
     /// Bytes per logical page (for MB/s).
     fn page_size(&self) -> u32;
+    /// Why the device stopped working, if it did (checked after every
+    /// [`SimDevice::advance`]; a failed device also refuses submissions).
+    fn fault(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A simulation could not go on.
@@ -68,12 +72,8 @@ pub enum SimError {
         #[source]
         source: DeviceError,
     },
-    #[error("the device failed at {now_ns} ns: {source}")]
-    DeviceFailed {
-        now_ns: u64,
-        #[source]
-        source: DeviceError,
-    },
+    #[error("the device failed at {now_ns} ns: {reason}")]
+    DeviceFailed { now_ns: u64, reason: String },
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error("the device holds {in_flight} requests but has no event pending")]
@@ -302,6 +302,14 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
         Ok(())
     }
 
+    #[inline]
+    fn check_fault(&self, now_ns: u64) -> Result<(), SimError> {
+        match self.device.fault() {
+            None => Ok(()),
+            Some(reason) => Err(SimError::DeviceFailed { now_ns, reason }),
+        }
+    }
+
     fn report_progress(&mut self, name: &str, phase: &PhaseState, total: Option<u64>) {
         if let Some(f) = self.progress.as_mut() {
             f(&Progress {
@@ -346,9 +354,8 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
                 let t = t.max(self.now_ns);
                 self.now_ns = t;
                 done.clear();
-                self.device
-                    .advance(t, &mut done)
-                    .map_err(|source| SimError::DeviceFailed { now_ns: t, source })?;
+                self.device.advance(t, &mut done);
+                self.check_fault(t)?;
                 for c in &done {
                     phase.completed(c);
                     if let Some(req) = source.next_request()? {
@@ -400,9 +407,8 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
                     let t = t.max(self.now_ns);
                     self.now_ns = t;
                     done.clear();
-                    self.device
-                        .advance(t, &mut done)
-                        .map_err(|source| SimError::DeviceFailed { now_ns: t, source })?;
+                    self.device.advance(t, &mut done);
+                    self.check_fault(t)?;
                     for c in &done {
                         phase.completed(c);
                     }
@@ -473,71 +479,6 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
     }
 }
 
-/// An [`Ssd`] as a simulator device: timing only, no payloads.
-pub struct SsdDevice {
-    ssd: Ssd,
-    scratch: Vec<Done>,
-}
-
-impl SsdDevice {
-    pub fn new(ssd: Ssd) -> Self {
-        SsdDevice {
-            ssd,
-            scratch: Vec::with_capacity(1024),
-        }
-    }
-
-    pub fn ssd(&self) -> &Ssd {
-        &self.ssd
-    }
-
-    pub fn into_inner(self) -> Ssd {
-        self.ssd
-    }
-}
-
-impl SimDevice for SsdDevice {
-    type Stats = FtlStats;
-
-    #[inline]
-    fn submit(&mut self, now_ns: u64, req: Request) -> Result<(), DeviceError> {
-        self.ssd
-            .submit(now_ns, req, Payload::None)
-            .map_err(|e| Box::new(e) as DeviceError)
-    }
-
-    #[inline]
-    fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) -> Result<(), DeviceError> {
-        self.scratch.clear();
-        self.ssd.advance(now_ns, &mut self.scratch);
-        for d in self.scratch.drain(..) {
-            if d.failed {
-                let why = self.ssd.fault().unwrap_or("unknown fault").to_string();
-                return Err(why.into());
-            }
-            done.push(d.completion);
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn next_event(&self) -> Option<u64> {
-        self.ssd.next_event()
-    }
-
-    fn stats(&self) -> FtlStats {
-        self.ssd.stats().clone()
-    }
-
-    fn reset_stats(&mut self) {
-        self.ssd.reset_stats();
-    }
-
-    fn page_size(&self) -> u32 {
-        self.ssd.page_size()
-    }
-}
-
 /// Simple devices for testing the simulator and for examples.
 pub mod testing {
     use std::cmp::Reverse;
@@ -591,7 +532,7 @@ pub mod testing {
             Ok(())
         }
 
-        fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) -> Result<(), DeviceError> {
+        fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) {
             while let Some(&Reverse((t, id, submit_ns, read))) = self.pending.peek() {
                 if t > now_ns {
                     break;
@@ -606,7 +547,6 @@ pub mod testing {
                     done_ns: t,
                 });
             }
-            Ok(())
         }
 
         fn next_event(&self) -> Option<u64> {
