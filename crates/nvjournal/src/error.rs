@@ -1,0 +1,86 @@
+use ptsd_blockdev::BlockError;
+use thiserror::Error;
+
+use crate::region::RegionError;
+
+/// A superblock or commit area that cannot be used.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum FormatError {
+    /// Not a ptsd journal (or wiped).
+    #[error("no ptsd journal superblock (bad magic)")]
+    BadMagic,
+    /// A journal written by an incompatible version.
+    #[error("unsupported journal version {0}")]
+    UnsupportedVersion(u32),
+    /// A checksum does not match.
+    #[error("{0} checksum mismatch")]
+    BadChecksum(&'static str),
+    /// Fields that cannot describe a real layout.
+    #[error("invalid journal geometry: {0}")]
+    Geometry(String),
+    /// The region is smaller than a superblock.
+    #[error("region too small for a superblock")]
+    Truncated,
+    /// No commit record survived (the journal was never formatted completely).
+    #[error("no valid commit record in the commit area")]
+    NoCommitRecord,
+}
+
+/// What can go wrong with a journal operation.
+#[derive(Debug, Error)]
+pub enum JournalError {
+    /// The persistent-memory region failed.
+    #[error(transparent)]
+    Region(#[from] RegionError),
+    /// The home block device failed.
+    #[error("block device: {0}")]
+    Device(#[from] BlockError),
+    /// The region does not hold a usable journal.
+    #[error("journal format: {0}")]
+    Format(#[from] FormatError),
+    /// The journal belongs to a device of another shape.
+    #[error("journal was made for a device of {expected_blocks} blocks of {expected_block_size} bytes, not {blocks} of {block_size}")]
+    ForeignDevice {
+        /// Blocks recorded in the superblock.
+        expected_blocks: u64,
+        /// Block size recorded in the superblock.
+        expected_block_size: u32,
+        /// Blocks of the device given.
+        blocks: u64,
+        /// Block size of the device given.
+        block_size: u32,
+    },
+    /// A configuration that cannot work.
+    #[error("invalid journal configuration: {0}")]
+    Config(String),
+    /// A block number past the end of the device.
+    #[error("block {block} out of range (device has {num_blocks} blocks)")]
+    BlockOutOfRange {
+        /// The block asked for.
+        block: u64,
+        /// Device size in blocks.
+        num_blocks: u64,
+    },
+    /// A buffer that is not exactly one block.
+    #[error("buffer of {len} bytes is not one {block_size}-byte block")]
+    BadLength {
+        /// Buffer length.
+        len: usize,
+        /// Journal block size.
+        block_size: u32,
+    },
+    /// The partition ring is full of slots that cannot be freed before this
+    /// transaction finishes (it, or transactions begun after it, fill the
+    /// ring). The transaction should be dropped (aborted) and retried.
+    #[error("journal partition {partition} is full of uncommitted transactions")]
+    Full {
+        /// The full partition.
+        partition: usize,
+    },
+    /// The journal was closed.
+    #[error("journal is closed")]
+    Closed,
+    /// An earlier background failure stopped the journal.
+    #[error("journal stopped after an earlier failure: {0}")]
+    Failed(String),
+}

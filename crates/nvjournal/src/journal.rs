@@ -1,0 +1,1282 @@
+//! The journal: staging, transactions, group commit, reads, and the
+//! background threads (commit workers, checkpointers, trigger).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use ptsd_blockdev::BlockDevice;
+
+use crate::error::{FormatError, JournalError};
+use crate::layout::{
+    Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, SB_SIZE,
+    SLOT_HEADER,
+};
+use crate::region::{Persist, RegionMode};
+
+type Result<T> = std::result::Result<T, JournalError>;
+
+/// Which journal design runs behind the common API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalKind {
+    /// The paper's design: N rings, lock-free staging, one commit worker and
+    /// one checkpoint thread per partition.
+    Partitioned,
+    /// The JBD2/JFS-like baseline: every stage, finish and commit snapshot
+    /// takes one journal-wide mutex. Use with `partitions: 1`.
+    SingleLock,
+}
+
+/// How to build or open a journal.
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    /// Partitioned (the paper) or the single-lock baseline.
+    pub kind: JournalKind,
+    /// Number of partitions (rings) when creating; `open` uses the count on
+    /// the media.
+    pub partitions: u32,
+    /// Journal block size; must equal the device's block size.
+    pub block_size: u32,
+    /// Commit records in the commit area (at least 2).
+    pub commit_records: u32,
+    /// Start a background commit + checkpoint when a ring is this full (0..1).
+    pub checkpoint_fill: f64,
+    /// Also commit + checkpoint in the background this often (None: only by
+    /// fill level, backpressure and explicit calls).
+    pub checkpoint_interval: Option<Duration>,
+    /// Blocks per device `write_batch` during checkpoints.
+    pub checkpoint_batch: usize,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self {
+            kind: JournalKind::Partitioned,
+            partitions: 4,
+            block_size: 4096,
+            commit_records: 16,
+            checkpoint_fill: 0.5,
+            checkpoint_interval: Some(Duration::from_secs(1)),
+            checkpoint_batch: 64,
+        }
+    }
+}
+
+impl JournalConfig {
+    /// The partitioned journal with `partitions` rings.
+    pub fn partitioned(partitions: u32) -> Self {
+        Self {
+            partitions,
+            ..Self::default()
+        }
+    }
+
+    /// The single-lock baseline (one ring, one mutex, one checkpointer).
+    pub fn single_lock() -> Self {
+        Self {
+            kind: JournalKind::SingleLock,
+            partitions: 1,
+            ..Self::default()
+        }
+    }
+}
+
+/// Identifies a finished transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TxId(pub u64);
+
+/// Counters describing what the journal has done.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Blocks staged into rings.
+    pub staged_blocks: u64,
+    /// Transactions finished.
+    pub finished_txs: u64,
+    /// Transactions aborted (dropped unfinished).
+    pub aborted_txs: u64,
+    /// Commit records written.
+    pub commits: u64,
+    /// `commit()` calls satisfied by another caller's commit or with
+    /// nothing to commit (group commit).
+    pub shared_commits: u64,
+    /// Checkpoint rounds completed.
+    pub checkpoints: u64,
+    /// Blocks written to the device by checkpoints.
+    pub checkpointed_blocks: u64,
+    /// Stages that had to wait for ring space.
+    pub backpressure_waits: u64,
+    /// Reads served from the journal.
+    pub journal_reads: u64,
+    /// Reads served from the device.
+    pub device_reads: u64,
+}
+
+/// What recovery found when a journal was opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The last record was a clean close.
+    pub clean: bool,
+    /// Sequence number of the newest valid commit-area record.
+    pub record_seq: u64,
+    /// Every transaction of an epoch up to this one was committed.
+    pub committed_epoch: u64,
+    /// Committed slots found (all versions).
+    pub committed_slots: u64,
+    /// Blocks written to the device (newest version of each).
+    pub replayed_blocks: u64,
+    /// Slots in the committed range that were discarded: torn (bad crc or
+    /// header), aborted, or from a later, uncommitted epoch.
+    pub discarded_slots: u64,
+}
+
+const ST_STAGED: u64 = 1;
+const ST_ABORTED: u64 = 2;
+
+#[inline]
+fn staged(pos: u64) -> u64 {
+    pos << 2 | ST_STAGED
+}
+#[inline]
+fn aborted(pos: u64) -> u64 {
+    pos << 2 | ST_ABORTED
+}
+
+/// Keeps hot atomics on their own cache lines (no false sharing).
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// DRAM state of one ring.
+struct Partition {
+    /// Next ring position to claim.
+    head: Padded<AtomicU64>,
+    /// Every position below this is staged or aborted (the paper's
+    /// `last_check`, exclusive).
+    last_check: Padded<AtomicU64>,
+    /// Every position below this is checkpointed and free.
+    tail: Padded<AtomicU64>,
+    staged_blocks: Padded<AtomicU64>,
+    journal_reads: Padded<AtomicU64>,
+    /// Per slot: `pos << 2 | status` once staged/aborted at `pos`.
+    state: Box<[AtomicU64]>,
+    /// Per slot: block number and epoch (published by `state`).
+    meta_block: Box<[AtomicU64]>,
+    meta_epoch: Box<[AtomicU64]>,
+    /// Newest finished version of each block in this ring: block -> pos.
+    index: RwLock<HashMap<u64, u64>>,
+    /// Positions claimed past the ring's capacity by stages that gave up
+    /// (`JournalError::Full`); marked aborted once the ring has room.
+    holes: Mutex<Vec<u64>>,
+    /// Checkpoint result of the current round: new tail, (block, pos) written.
+    ckpt_result: Mutex<(u64, Vec<(u64, u64)>)>,
+}
+
+impl Partition {
+    fn new(slots: u64, start: u64) -> Self {
+        let mk = || (0..slots).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
+        Self {
+            head: Padded(AtomicU64::new(start)),
+            last_check: Padded(AtomicU64::new(start)),
+            tail: Padded(AtomicU64::new(start)),
+            staged_blocks: Padded::default(),
+            journal_reads: Padded::default(),
+            state: mk(),
+            meta_block: mk(),
+            meta_epoch: mk(),
+            index: RwLock::new(HashMap::new()),
+            holes: Mutex::new(Vec::new()),
+            ckpt_result: Mutex::new((start, Vec::new())),
+        }
+    }
+}
+
+/// The durable state most recently written to the commit area.
+struct Durable {
+    seq: u64,
+    epoch: u64,
+    heads: Vec<u64>,
+    tails: Vec<u64>,
+}
+
+#[derive(Clone)]
+struct CkptTarget {
+    epoch: u64,
+    heads: Vec<u64>,
+}
+
+#[derive(Default)]
+struct CkptState {
+    /// Rounds started.
+    round: u64,
+    /// Rounds finished.
+    completed: u64,
+    running: bool,
+    pending: bool,
+    target: Option<CkptTarget>,
+    shutdown: bool,
+}
+
+const RUNNING: u8 = 0;
+const CLOSED: u8 = 1;
+const FAILED: u8 = 2;
+
+pub(crate) struct Inner {
+    region: Box<dyn Persist>,
+    device: Arc<dyn BlockDevice>,
+    geo: Geometry,
+    kind: JournalKind,
+    cfg: JournalConfig,
+    parts: Vec<Partition>,
+    fill_threshold: u64,
+
+    current_epoch: Padded<AtomicU64>,
+    open_txs: [Padded<AtomicU64>; 2],
+    durable_epoch: Padded<AtomicU64>,
+    finished: Padded<AtomicU64>,
+    committed_finished: Padded<AtomicU64>,
+    next_txid: Padded<AtomicU64>,
+    aborted: Padded<AtomicU64>,
+
+    commit_lock: Mutex<()>,
+    /// The baseline's journal-wide lock (None when partitioned).
+    global_lock: Option<Mutex<()>>,
+    durable: Mutex<Durable>,
+    commits: AtomicU64,
+    shared_commits: AtomicU64,
+
+    ckpt: Mutex<CkptState>,
+    ckpt_cv: Condvar,
+    ckpt_done_cv: Condvar,
+    ckpt_arrived: AtomicUsize,
+    checkpoints: AtomicU64,
+    checkpointed_blocks: AtomicU64,
+    backpressure_waits: AtomicU64,
+    device_reads: AtomicU64,
+
+    space_lock: Mutex<()>,
+    space_cv: Condvar,
+
+    trigger: Mutex<bool>,
+    trigger_cv: Condvar,
+    trigger_kicked: AtomicBool,
+
+    status: AtomicU8,
+    failure: Mutex<Option<String>>,
+    shutdown: AtomicBool,
+}
+
+/// A lock-free partitioned journal on persistent memory (or the
+/// single-lock baseline, see [`JournalKind`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use ptsd_blockdev::{BlockDevice, MemDevice};
+/// use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig};
+///
+/// let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 64).unwrap());
+/// let region = CrashRegion::new(1 << 20);
+/// let journal = Journal::create(region.clone(), dev.clone(), JournalConfig::partitioned(2)).unwrap();
+/// let mut tx = journal.begin();
+/// tx.write(5, &[9u8; 4096]).unwrap();
+/// tx.write(6, &[8u8; 4096]).unwrap();
+/// tx.finish().unwrap();
+/// journal.commit().unwrap();            // durable: both blocks or neither
+/// let mut buf = vec![0u8; 4096];
+/// journal.read(5, &mut buf).unwrap();   // served from the journal
+/// assert_eq!(buf, vec![9u8; 4096]);
+/// journal.close().unwrap();             // checkpoint everything, mark clean
+/// dev.read(6, &mut buf).unwrap();
+/// assert_eq!(buf, vec![8u8; 4096]);
+/// let (_j, report) = Journal::open(region, dev, JournalConfig::partitioned(2)).unwrap();
+/// assert!(report.clean);
+/// ```
+pub struct Journal {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A transaction: blocks staged with [`write`](Tx::write) commit together
+/// or not at all. Dropping it without [`finish`](Tx::finish) aborts it.
+///
+/// A thread must not call [`Journal::commit`] or [`Journal::checkpoint`]
+/// while it holds an unfinished transaction: the commit waits for every
+/// transaction of its epoch to finish.
+pub struct Tx {
+    inner: Arc<Inner>,
+    txid: u64,
+    epoch: u64,
+    slots: Vec<(u32, u64, u64)>,
+    done: bool,
+}
+
+impl Journal {
+    /// Format `region` as an empty journal for `device` and start it.
+    pub fn create(
+        region: impl Persist + 'static,
+        device: Arc<dyn BlockDevice>,
+        cfg: JournalConfig,
+    ) -> Result<Arc<Self>> {
+        check_config(&cfg, device.as_ref())?;
+        let region: Box<dyn Persist> = Box::new(region);
+        let geo = Geometry::plan(
+            region.len() as u64,
+            cfg.partitions,
+            cfg.block_size,
+            cfg.commit_records,
+            device.num_blocks(),
+            device.block_size(),
+        )?;
+        // Invalidate every slot header and record first, so nothing left in
+        // the file from an earlier journal can ever look valid.
+        let zero_header = [0u8; SLOT_HEADER];
+        let mut ranges = Vec::new();
+        for p in 0..geo.partitions as usize {
+            for s in 0..geo.slots {
+                let off = geo.slot_offset(p, s);
+                region.write(off, &zero_header);
+                ranges.push((off, SLOT_HEADER));
+            }
+        }
+        let area = vec![0u8; (geo.record_size * u64::from(geo.record_count)) as usize];
+        region.write(geo.commit_offset as usize, &area);
+        ranges.push((geo.commit_offset as usize, area.len()));
+        region.persist_ranges(&ranges);
+        region.write(0, &geo.encode());
+        region.persist(0, SB_SIZE);
+        let n = geo.partitions as usize;
+        let rec = Record {
+            kind: RecordKind::Format,
+            seq: 1,
+            epoch: 0,
+            heads: vec![0; n],
+            tails: vec![0; n],
+        };
+        write_record(region.as_ref(), &geo, &rec);
+        region.sync()?;
+        tracing::info!(mode = %region.mode(), partitions = n, slots = geo.slots, "journal created");
+        Ok(Self::start(region, device, geo, cfg, &rec))
+    }
+
+    /// Open an existing journal: validate the superblock, replay exactly the
+    /// committed transactions to `device`, discard the rest, and start.
+    /// The partition count and block size come from the media.
+    pub fn open(
+        region: impl Persist + 'static,
+        device: Arc<dyn BlockDevice>,
+        cfg: JournalConfig,
+    ) -> Result<(Arc<Self>, RecoveryReport)> {
+        let region: Box<dyn Persist> = Box::new(region);
+        if region.len() < SB_SIZE {
+            return Err(FormatError::Truncated.into());
+        }
+        let mut sb = vec![0u8; SB_SIZE];
+        region.read(0, &mut sb);
+        let geo = Geometry::decode(&sb, region.len() as u64)?;
+        if geo.device_blocks != device.num_blocks() || geo.device_block_size != device.block_size()
+        {
+            return Err(JournalError::ForeignDevice {
+                expected_blocks: geo.device_blocks,
+                expected_block_size: geo.device_block_size,
+                blocks: device.num_blocks(),
+                block_size: device.block_size(),
+            });
+        }
+        let cfg = JournalConfig {
+            partitions: geo.partitions,
+            block_size: geo.block_size,
+            commit_records: geo.record_count,
+            ..cfg
+        };
+        check_config(&cfg, device.as_ref())?;
+        let (rec, report) = crate::recovery::recover(region.as_ref(), device.as_ref(), &geo)?;
+        tracing::info!(?report, mode = %region.mode(), "journal recovered");
+        Ok((Self::start(region, device, geo, cfg, &rec), report))
+    }
+
+    fn start(
+        region: Box<dyn Persist>,
+        device: Arc<dyn BlockDevice>,
+        geo: Geometry,
+        cfg: JournalConfig,
+        rec: &Record,
+    ) -> Arc<Self> {
+        let n = geo.partitions as usize;
+        let parts = (0..n)
+            .map(|p| Partition::new(geo.slots, rec.tails[p].max(rec.heads[p])))
+            .collect();
+        let fill_threshold =
+            ((geo.slots as f64 * cfg.checkpoint_fill.clamp(0.05, 1.0)) as u64).clamp(1, geo.slots);
+        let inner = Arc::new(Inner {
+            region,
+            device,
+            kind: cfg.kind,
+            parts,
+            fill_threshold,
+            current_epoch: Padded(AtomicU64::new(rec.epoch + 1)),
+            open_txs: [Padded::default(), Padded::default()],
+            durable_epoch: Padded(AtomicU64::new(rec.epoch)),
+            finished: Padded::default(),
+            committed_finished: Padded::default(),
+            next_txid: Padded(AtomicU64::new(1)),
+            aborted: Padded::default(),
+            commit_lock: Mutex::new(()),
+            global_lock: (cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(())),
+            durable: Mutex::new(Durable {
+                seq: rec.seq,
+                epoch: rec.epoch,
+                heads: rec.heads.clone(),
+                tails: rec.tails.clone(),
+            }),
+            commits: AtomicU64::new(0),
+            shared_commits: AtomicU64::new(0),
+            ckpt: Mutex::new(CkptState::default()),
+            ckpt_cv: Condvar::new(),
+            ckpt_done_cv: Condvar::new(),
+            ckpt_arrived: AtomicUsize::new(0),
+            checkpoints: AtomicU64::new(0),
+            checkpointed_blocks: AtomicU64::new(0),
+            backpressure_waits: AtomicU64::new(0),
+            device_reads: AtomicU64::new(0),
+            space_lock: Mutex::new(()),
+            space_cv: Condvar::new(),
+            trigger: Mutex::new(false),
+            trigger_cv: Condvar::new(),
+            trigger_kicked: AtomicBool::new(false),
+            status: AtomicU8::new(RUNNING),
+            failure: Mutex::new(None),
+            shutdown: AtomicBool::new(false),
+            geo,
+            cfg,
+        });
+        let mut threads = Vec::new();
+        for p in 0..n {
+            let i = inner.clone();
+            threads.push(spawn(format!("nvj-commit-{p}"), move || i.commit_worker(p)));
+            let i = inner.clone();
+            threads.push(spawn(format!("nvj-ckpt-{p}"), move || {
+                i.checkpoint_worker(p)
+            }));
+        }
+        let i = inner.clone();
+        threads.push(spawn("nvj-trigger".into(), move || i.trigger_worker()));
+        Arc::new(Self {
+            inner,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Start a transaction.
+    ///
+    /// If a ring is more than three quarters full, this first waits for
+    /// the background commit + checkpoint to make room (like JBD2's handle
+    /// reservation), so that transactions rarely meet a full ring. A thread
+    /// must not begin a second transaction while it holds one open.
+    pub fn begin(&self) -> Tx {
+        let inner = &self.inner;
+        inner.wait_below_high_water();
+        let epoch = loop {
+            let e = inner.current_epoch.load(Ordering::SeqCst);
+            inner.open_txs[(e & 1) as usize].fetch_add(1, Ordering::SeqCst);
+            if inner.current_epoch.load(Ordering::SeqCst) == e {
+                break e;
+            }
+            // A commit closed epoch `e` meanwhile: join the new one.
+            inner.open_txs[(e & 1) as usize].fetch_sub(1, Ordering::SeqCst);
+        };
+        Tx {
+            inner: inner.clone(),
+            txid: inner.next_txid.fetch_add(1, Ordering::Relaxed),
+            epoch,
+            slots: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Make every transaction finished before this call durable. Concurrent
+    /// callers share one commit (group commit).
+    pub fn commit(&self) -> Result<()> {
+        self.inner.commit()
+    }
+
+    /// Read the newest finished version of `block`: from the journal while
+    /// it is there, else from the device.
+    pub fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read(block, buf)
+    }
+
+    /// Commit, then checkpoint every committed block to the device and wait
+    /// for it (device flushed, ring space freed).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.commit()?;
+        self.inner.checkpoint_and_wait()
+    }
+
+    /// Checkpoint everything, write a clean-close record and stop the
+    /// background threads. Later operations return [`JournalError::Closed`].
+    pub fn close(&self) -> Result<()> {
+        let res = self.checkpoint();
+        if res.is_ok() {
+            let inner = &self.inner;
+            let mut d = inner.durable.lock();
+            let clean = inner
+                .parts
+                .iter()
+                .zip(&d.heads)
+                .all(|(p, &h)| p.tail.load(Ordering::Acquire) >= h);
+            if clean {
+                d.seq += 1;
+                let rec = Record {
+                    kind: RecordKind::Clean,
+                    seq: d.seq,
+                    epoch: d.epoch,
+                    heads: d.heads.clone(),
+                    tails: d.heads.clone(),
+                };
+                d.tails = rec.tails.clone();
+                write_record(inner.region.as_ref(), &inner.geo, &rec);
+                inner.region.sync()?;
+            }
+        }
+        let _ =
+            self.inner
+                .status
+                .compare_exchange(RUNNING, CLOSED, Ordering::SeqCst, Ordering::SeqCst);
+        self.stop_threads();
+        res
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> JournalStats {
+        let i = &self.inner;
+        JournalStats {
+            staged_blocks: i
+                .parts
+                .iter()
+                .map(|p| p.staged_blocks.load(Ordering::Relaxed))
+                .sum(),
+            finished_txs: i.finished.load(Ordering::Relaxed),
+            aborted_txs: i.aborted.load(Ordering::Relaxed),
+            commits: i.commits.load(Ordering::Relaxed),
+            shared_commits: i.shared_commits.load(Ordering::Relaxed),
+            checkpoints: i.checkpoints.load(Ordering::Relaxed),
+            checkpointed_blocks: i.checkpointed_blocks.load(Ordering::Relaxed),
+            backpressure_waits: i.backpressure_waits.load(Ordering::Relaxed),
+            journal_reads: i
+                .parts
+                .iter()
+                .map(|p| p.journal_reads.load(Ordering::Relaxed))
+                .sum(),
+            device_reads: i.device_reads.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How the region makes stores durable.
+    pub fn mode(&self) -> RegionMode {
+        self.inner.region.mode()
+    }
+
+    /// Partitioned or single-lock.
+    pub fn kind(&self) -> JournalKind {
+        self.inner.kind
+    }
+
+    /// The on-media geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.inner.geo
+    }
+
+    /// Journal block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.inner.geo.block_size
+    }
+
+    /// The home device.
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.inner.device
+    }
+
+    fn stop_threads(&self) {
+        let inner = &self.inner;
+        inner.shutdown.store(true, Ordering::SeqCst);
+        {
+            let mut c = inner.ckpt.lock();
+            c.shutdown = true;
+            inner.ckpt_cv.notify_all();
+            inner.ckpt_done_cv.notify_all();
+        }
+        {
+            let _t = inner.trigger.lock();
+            inner.trigger_cv.notify_all();
+        }
+        {
+            let _s = inner.space_lock.lock();
+            inner.space_cv.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .expect("spawning a journal thread")
+}
+
+fn check_config(cfg: &JournalConfig, device: &dyn BlockDevice) -> Result<()> {
+    if cfg.block_size != device.block_size() {
+        return Err(JournalError::Config(format!(
+            "journal block size {} differs from the device's {}",
+            cfg.block_size,
+            device.block_size()
+        )));
+    }
+    if cfg.kind == JournalKind::SingleLock && cfg.partitions != 1 {
+        return Err(JournalError::Config(
+            "the single-lock journal has exactly 1 partition".into(),
+        ));
+    }
+    if cfg.checkpoint_batch == 0 {
+        return Err(JournalError::Config(
+            "checkpoint_batch must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
+    let off = geo.record_offset(rec.seq);
+    let bytes = rec.encode(geo.record_size);
+    region.write(off, &bytes);
+    region.persist(off, bytes.len());
+}
+
+impl Tx {
+    /// Stage a full block now (lock-free in the partitioned journal): claim
+    /// a slot with one atomic add, write header and payload, flush, then set
+    /// and flush the slot's flag.
+    pub fn write(&mut self, block: u64, data: &[u8]) -> Result<()> {
+        let pos_part = self.inner.stage(block, data, self.txid, self.epoch)?;
+        self.slots.push((pos_part.0, pos_part.1, block));
+        Ok(())
+    }
+
+    /// Read `block` as this transaction sees it: its own newest write, else
+    /// [`Journal::read`].
+    pub fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(&(p, pos, _)) = self.slots.iter().rev().find(|s| s.2 == block) {
+            let inner = &self.inner;
+            inner.check_buf(block, buf.len())?;
+            let off = inner.geo.slot_offset(p as usize, pos) + SLOT_HEADER;
+            inner.region.read(off, buf);
+            return Ok(());
+        }
+        self.inner.read(block, buf)
+    }
+
+    /// This transaction's id.
+    pub fn id(&self) -> TxId {
+        TxId(self.txid)
+    }
+
+    /// Blocks staged so far.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True if nothing was staged.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// All blocks are staged: the transaction becomes visible to reads and
+    /// part of the next commit.
+    pub fn finish(mut self) -> Result<TxId> {
+        self.done = true;
+        let inner = self.inner.clone();
+        if let Err(e) = inner.check_running() {
+            inner.abort(&self.slots, self.epoch);
+            return Err(e);
+        }
+        {
+            let _g = inner.global_lock.as_ref().map(|m| m.lock());
+            for &(p, pos, block) in &self.slots {
+                let mut idx = inner.parts[p as usize].index.write();
+                let e = idx.entry(block).or_insert(pos);
+                if *e < pos {
+                    *e = pos;
+                }
+            }
+        }
+        if !self.slots.is_empty() {
+            inner.finished.fetch_add(1, Ordering::SeqCst);
+        }
+        inner.open_txs[(self.epoch & 1) as usize].fetch_sub(1, Ordering::SeqCst);
+        Ok(TxId(self.txid))
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.abort(&self.slots, self.epoch);
+        }
+    }
+}
+
+impl Inner {
+    fn check_running(&self) -> Result<()> {
+        match self.status.load(Ordering::Acquire) {
+            RUNNING => Ok(()),
+            CLOSED => Err(JournalError::Closed),
+            _ => Err(JournalError::Failed(
+                self.failure.lock().clone().unwrap_or_default(),
+            )),
+        }
+    }
+
+    fn fail(&self, why: String) -> JournalError {
+        tracing::error!(%why, "journal failed");
+        let mut f = self.failure.lock();
+        if f.is_none() {
+            *f = Some(why.clone());
+        }
+        self.status.store(FAILED, Ordering::Release);
+        let _s = self.space_lock.lock();
+        self.space_cv.notify_all();
+        JournalError::Failed(why)
+    }
+
+    fn check_buf(&self, block: u64, len: usize) -> Result<()> {
+        if len != self.geo.block_size as usize {
+            return Err(JournalError::BadLength {
+                len,
+                block_size: self.geo.block_size,
+            });
+        }
+        if block >= self.geo.device_blocks {
+            return Err(JournalError::BlockOutOfRange {
+                block,
+                num_blocks: self.geo.device_blocks,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stage one block; returns (partition, position).
+    fn stage(&self, block: u64, data: &[u8], txid: u64, epoch: u64) -> Result<(u32, u64)> {
+        self.check_running()?;
+        self.check_buf(block, data.len())?;
+        let p = (block % u64::from(self.geo.partitions)) as usize;
+        let part = &self.parts[p];
+        let mut guard = self.global_lock.as_ref().map(|m| m.lock());
+        let pos = part.head.fetch_add(1, Ordering::AcqRel);
+        let tail = part.tail.load(Ordering::Acquire);
+        if pos >= tail + self.geo.slots {
+            // The baseline must not hold its lock while waiting: the commit
+            // that frees space needs it.
+            drop(guard.take());
+            self.wait_for_space(p, pos, epoch)?;
+            guard = self.global_lock.as_ref().map(|m| m.lock());
+        } else if pos + 1 - tail >= self.fill_threshold {
+            self.kick_trigger();
+        }
+        let idx = (pos % self.geo.slots) as usize;
+        part.meta_block[idx].store(block, Ordering::Relaxed);
+        part.meta_epoch[idx].store(epoch, Ordering::Relaxed);
+        let off = self.geo.slot_offset(p, pos);
+        let header = SlotHeader {
+            pos,
+            block,
+            txid,
+            epoch,
+        }
+        .encode(data);
+        self.region.write(off, &header);
+        self.region.write(off + SLOT_HEADER, data);
+        self.region.persist(off, SLOT_HEADER + data.len());
+        self.region.write(off + FLAG_AT, &FLAG_STAGED.to_le_bytes());
+        self.region.persist(off + FLAG_AT, 8);
+        part.state[idx].store(staged(pos), Ordering::Release);
+        part.staged_blocks.fetch_add(1, Ordering::Relaxed);
+        drop(guard);
+        Ok((p as u32, pos))
+    }
+
+    /// Backpressure: wait until position `pos` of partition `p` is inside
+    /// the ring. Gives up with `Full` when the slot pinning the tail cannot
+    /// be freed before this transaction (epoch `epoch`) finishes.
+    fn wait_for_space(&self, p: usize, pos: u64, epoch: u64) -> Result<()> {
+        let part = &self.parts[p];
+        self.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let tail = part.tail.load(Ordering::Acquire);
+            if pos < tail + self.geo.slots {
+                return Ok(());
+            }
+            if let Err(e) = self.check_running() {
+                part.holes.lock().push(pos);
+                return Err(e);
+            }
+            let idx = (tail % self.geo.slots) as usize;
+            let st = part.state[idx].load(Ordering::Acquire);
+            if st == staged(tail) && part.meta_epoch[idx].load(Ordering::Relaxed) >= epoch {
+                // Freeing the tail needs a commit of an epoch that includes
+                // us: waiting would deadlock. Leave a hole at `pos`.
+                part.holes.lock().push(pos);
+                return Err(JournalError::Full { partition: p });
+            }
+            self.kick_trigger();
+            self.request_checkpoint();
+            let mut g = self.space_lock.lock();
+            if part.tail.load(Ordering::Acquire) == tail && !self.shutdown.load(Ordering::SeqCst) {
+                self.space_cv.wait_for(&mut g, Duration::from_millis(2));
+            }
+        }
+    }
+
+    fn wait_below_high_water(&self) {
+        let high = self.geo.slots - self.geo.slots / 4;
+        let over = || {
+            self.parts
+                .iter()
+                .any(|p| p.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high)
+        };
+        if !over() {
+            return;
+        }
+        self.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+        while over() && self.check_running().is_ok() && !self.shutdown.load(Ordering::SeqCst) {
+            self.kick_trigger();
+            self.request_checkpoint();
+            let mut g = self.space_lock.lock();
+            if over() {
+                self.space_cv.wait_for(&mut g, Duration::from_millis(2));
+            }
+        }
+    }
+
+    fn abort(&self, slots: &[(u32, u64, u64)], epoch: u64) {
+        if !slots.is_empty() {
+            let mut ranges = Vec::with_capacity(slots.len());
+            for &(p, pos, _) in slots {
+                let off = self.geo.slot_offset(p as usize, pos) + FLAG_AT;
+                self.region.write(off, &FLAG_ABORTED.to_le_bytes());
+                ranges.push((off, 8));
+            }
+            // Durable before the epoch can commit (we still hold it open).
+            self.region.persist_ranges(&ranges);
+            for &(p, pos, _) in slots {
+                let idx = (pos % self.geo.slots) as usize;
+                self.parts[p as usize].state[idx].store(aborted(pos), Ordering::Release);
+            }
+        }
+        self.aborted.fetch_add(1, Ordering::Relaxed);
+        self.open_txs[(epoch & 1) as usize].fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_buf(block, buf.len())?;
+        let p = (block % u64::from(self.geo.partitions)) as usize;
+        let part = &self.parts[p];
+        {
+            // The read lock keeps the slot from being freed while we copy.
+            let idx = part.index.read();
+            if let Some(&pos) = idx.get(&block) {
+                let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
+                self.region.read(off, buf);
+                part.journal_reads.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        self.device_reads.fetch_add(1, Ordering::Relaxed);
+        self.device.read(block, buf)?;
+        Ok(())
+    }
+
+    /// Advance partition `p`'s `last_check` over staged/aborted slots.
+    fn advance_last_check(&self, p: usize) -> bool {
+        let part = &self.parts[p];
+        let start = part.last_check.load(Ordering::Acquire);
+        let mut j = start;
+        loop {
+            let st = part.state[(j % self.geo.slots) as usize].load(Ordering::Acquire);
+            if st != staged(j) && st != aborted(j) {
+                break;
+            }
+            j += 1;
+        }
+        if j > start {
+            part.last_check.fetch_max(j, Ordering::AcqRel);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn commit_worker(&self, p: usize) {
+        while !self.shutdown.load(Ordering::Relaxed) {
+            if !self.advance_last_check(p) {
+                std::thread::park_timeout(Duration::from_millis(1));
+            }
+        }
+    }
+
+    fn commit(&self) -> Result<()> {
+        self.check_running()?;
+        let want = self.current_epoch.load(Ordering::SeqCst);
+        let fin = self.finished.load(Ordering::SeqCst);
+        if fin == self.committed_finished.load(Ordering::SeqCst)
+            || self.durable_epoch.load(Ordering::SeqCst) >= want
+        {
+            self.shared_commits.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let _c = self.commit_lock.lock();
+        self.check_running()?;
+        let fin = self.finished.load(Ordering::SeqCst);
+        if fin == self.committed_finished.load(Ordering::SeqCst)
+            || self.durable_epoch.load(Ordering::SeqCst) >= want
+        {
+            self.shared_commits.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        // Close epoch E: new transactions join E + 1; wait for E's to end.
+        let epoch = self.current_epoch.fetch_add(1, Ordering::SeqCst);
+        let open = &self.open_txs[(epoch & 1) as usize];
+        let mut spins = 0u32;
+        while open.load(Ordering::SeqCst) != 0 {
+            backoff(&mut spins);
+        }
+        // Snapshot every partition's index (the paper's commit_ts). Positions
+        // past the ring's capacity belong to later epochs and are excluded.
+        let g = self.global_lock.as_ref().map(|m| m.lock());
+        let heads: Vec<u64> = self
+            .parts
+            .iter()
+            .map(|part| {
+                let h = part.head.load(Ordering::SeqCst);
+                h.min(part.tail.load(Ordering::SeqCst) + self.geo.slots)
+            })
+            .collect();
+        drop(g);
+        // Wait until every partition's commit worker has passed the snapshot
+        // (helping it along, which saves a thread hand-off).
+        for (p, &h) in heads.iter().enumerate() {
+            let mut spins = 0u32;
+            while self.parts[p].last_check.load(Ordering::Acquire) < h {
+                if !self.advance_last_check(p) {
+                    backoff(&mut spins);
+                }
+                if self.shutdown.load(Ordering::Relaxed) {
+                    return Err(JournalError::Closed);
+                }
+            }
+        }
+        self.region
+            .sync()
+            .map_err(|e| self.fail(format!("region sync: {e}")))?;
+        let g = self.global_lock.as_ref().map(|m| m.lock());
+        {
+            let mut d = self.durable.lock();
+            d.seq += 1;
+            d.epoch = epoch;
+            d.heads = heads;
+            let rec = Record {
+                kind: RecordKind::Commit,
+                seq: d.seq,
+                epoch,
+                heads: d.heads.clone(),
+                tails: d.tails.clone(),
+            };
+            write_record(self.region.as_ref(), &self.geo, &rec);
+            self.region
+                .sync()
+                .map_err(|e| self.fail(format!("region sync: {e}")))?;
+        }
+        drop(g);
+        self.durable_epoch.store(epoch, Ordering::SeqCst);
+        self.committed_finished.store(fin, Ordering::SeqCst);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn kick_trigger(&self) {
+        if !self.trigger_kicked.load(Ordering::Relaxed)
+            && !self.trigger_kicked.swap(true, Ordering::AcqRel)
+        {
+            let mut k = self.trigger.lock();
+            *k = true;
+            self.trigger_cv.notify_one();
+        }
+    }
+
+    /// Background trigger: commit + checkpoint when a ring passes the fill
+    /// level, and every `checkpoint_interval`.
+    fn trigger_worker(&self) {
+        let interval = self.cfg.checkpoint_interval;
+        let mut last = Instant::now();
+        loop {
+            {
+                let mut k = self.trigger.lock();
+                if !*k && !self.shutdown.load(Ordering::SeqCst) {
+                    let wait = interval.unwrap_or(Duration::from_millis(100));
+                    self.trigger_cv.wait_for(&mut k, wait);
+                }
+                *k = false;
+            }
+            if self.shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            let kicked = self.trigger_kicked.swap(false, Ordering::AcqRel);
+            let due = interval.is_some_and(|i| last.elapsed() >= i);
+            if !kicked && !due {
+                continue;
+            }
+            last = Instant::now();
+            if self.commit().is_err() {
+                continue;
+            }
+            self.request_checkpoint();
+        }
+    }
+
+    /// Start a checkpoint round of the newest commit (or queue one after
+    /// the running round). Returns the round that will cover it.
+    fn request_checkpoint(&self) -> u64 {
+        let mut c = self.ckpt.lock();
+        if c.running {
+            c.pending = true;
+            c.round + 1
+        } else {
+            self.start_round(&mut c);
+            c.round
+        }
+    }
+
+    fn start_round(&self, c: &mut CkptState) {
+        let target = {
+            let d = self.durable.lock();
+            CkptTarget {
+                epoch: d.epoch,
+                heads: d.heads.clone(),
+            }
+        };
+        let has_holes = self.parts.iter().any(|p| !p.holes.lock().is_empty());
+        let work = self.parts.iter().zip(&target.heads).any(|(p, &h)| {
+            let t = p.tail.load(Ordering::Acquire);
+            t < h || p.state[(t % self.geo.slots) as usize].load(Ordering::Acquire) == aborted(t)
+        });
+        if !work && !has_holes {
+            return;
+        }
+        c.round += 1;
+        c.running = true;
+        c.target = Some(target);
+        self.ckpt_arrived.store(0, Ordering::SeqCst);
+        self.ckpt_cv.notify_all();
+    }
+
+    fn checkpoint_and_wait(&self) -> Result<()> {
+        self.check_running()?;
+        let round = self.request_checkpoint();
+        let mut c = self.ckpt.lock();
+        // Stop when our round is done, or when it was never started because
+        // there was nothing left to do.
+        while c.completed < round && (c.running || c.round >= round) && !c.shutdown {
+            self.ckpt_done_cv.wait(&mut c);
+        }
+        drop(c);
+        self.check_running()
+    }
+
+    /// Checkpoint thread of partition `p`: one per partition, synchronised
+    /// per round by an atomic counter; the last to arrive finishes the round.
+    fn checkpoint_worker(&self, p: usize) {
+        let mut seen = 0u64;
+        loop {
+            let target = {
+                let mut c = self.ckpt.lock();
+                while c.round == seen && !c.shutdown {
+                    self.ckpt_cv.wait(&mut c);
+                }
+                if c.shutdown {
+                    return;
+                }
+                seen = c.round;
+                c.target.clone().expect("a started round has a target")
+            };
+            let result = self.checkpoint_partition(p, &target);
+            match result {
+                Ok(r) => *self.parts[p].ckpt_result.lock() = r,
+                Err(e) => {
+                    self.fail(format!("checkpoint of partition {p}: {e}"));
+                    let tail = self.parts[p].tail.load(Ordering::Acquire);
+                    *self.parts[p].ckpt_result.lock() = (tail, Vec::new());
+                }
+            }
+            if self.ckpt_arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.parts.len() {
+                if let Err(e) = self.finish_round() {
+                    self.fail(format!("checkpoint: {e}"));
+                }
+                let mut c = self.ckpt.lock();
+                c.completed = c.round;
+                c.running = false;
+                if c.pending && self.check_running().is_ok() {
+                    c.pending = false;
+                    self.start_round(&mut c);
+                }
+                self.ckpt_done_cv.notify_all();
+            }
+        }
+    }
+
+    /// Write the newest committed version of each block in partition `p`
+    /// between its tail and the target commit. Returns the new tail (the
+    /// first slot that must stay) and what was written.
+    fn checkpoint_partition(
+        &self,
+        p: usize,
+        target: &CkptTarget,
+    ) -> Result<(u64, Vec<(u64, u64)>)> {
+        let part = &self.parts[p];
+        let tail = part.tail.load(Ordering::Acquire);
+        let head = target.heads[p];
+        let mut newest: HashMap<u64, u64> = HashMap::new();
+        let mut new_tail = head.max(tail);
+        for pos in tail..head {
+            let idx = (pos % self.geo.slots) as usize;
+            let st = part.state[idx].load(Ordering::Acquire);
+            if st == aborted(pos) {
+                continue;
+            }
+            if st != staged(pos) || part.meta_epoch[idx].load(Ordering::Relaxed) > target.epoch {
+                new_tail = pos;
+                break;
+            }
+            newest.insert(part.meta_block[idx].load(Ordering::Relaxed), pos);
+        }
+        if new_tail == head.max(tail) {
+            // Aborted slots past the commit can be freed too: they will
+            // never be replayed, and a later commit need not exist for them.
+            while part.state[(new_tail % self.geo.slots) as usize].load(Ordering::Acquire)
+                == aborted(new_tail)
+            {
+                new_tail += 1;
+            }
+        }
+        let mut written: Vec<(u64, u64)> = newest.into_iter().collect();
+        written.sort_unstable();
+        let bs = self.geo.block_size as usize;
+        let mut buf = vec![0u8; bs * self.cfg.checkpoint_batch];
+        for chunk in written.chunks(self.cfg.checkpoint_batch) {
+            for (i, &(_, pos)) in chunk.iter().enumerate() {
+                let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
+                self.region.read(off, &mut buf[i * bs..(i + 1) * bs]);
+            }
+            let batch: Vec<(u64, &[u8])> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, &(b, _))| (b, &buf[i * bs..(i + 1) * bs]))
+                .collect();
+            self.device.write_batch(&batch)?;
+        }
+        Ok((new_tail, written))
+    }
+
+    /// Last checkpointer of a round: flush the device, make the new tails
+    /// durable, drop checkpointed blocks from the index, free ring space.
+    fn finish_round(&self) -> Result<()> {
+        self.check_running()?;
+        self.device.flush()?;
+        let results: Vec<(u64, Vec<(u64, u64)>)> = self
+            .parts
+            .iter()
+            .map(|p| std::mem::take(&mut *p.ckpt_result.lock()))
+            .collect();
+        {
+            let mut d = self.durable.lock();
+            for (t, r) in d.tails.iter_mut().zip(&results) {
+                *t = (*t).max(r.0);
+            }
+            d.seq += 1;
+            let rec = Record {
+                kind: RecordKind::Checkpoint,
+                seq: d.seq,
+                epoch: d.epoch,
+                heads: d.heads.clone(),
+                tails: d.tails.clone(),
+            };
+            write_record(self.region.as_ref(), &self.geo, &rec);
+            self.region.sync()?;
+        }
+        let mut blocks = 0;
+        for (part, (new_tail, written)) in self.parts.iter().zip(results) {
+            blocks += written.len() as u64;
+            {
+                let mut idx = part.index.write();
+                for (b, pos) in written {
+                    if idx.get(&b) == Some(&pos) {
+                        idx.remove(&b);
+                    }
+                }
+            }
+            part.tail.fetch_max(new_tail, Ordering::AcqRel);
+            // Freed aborted slots may not have been passed by the commit
+            // worker yet; once reused they never would be.
+            part.last_check.fetch_max(new_tail, Ordering::AcqRel);
+            self.fill_holes(part);
+        }
+        self.checkpointed_blocks
+            .fetch_add(blocks, Ordering::Relaxed);
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        let _s = self.space_lock.lock();
+        self.space_cv.notify_all();
+        Ok(())
+    }
+
+    /// Mark abandoned positions that are now inside the ring as aborted, so
+    /// the commit worker and checkpointer pass them.
+    fn fill_holes(&self, part: &Partition) {
+        let mut holes = part.holes.lock();
+        let tail = part.tail.load(Ordering::Acquire);
+        holes.retain(|&h| {
+            if h < tail + self.geo.slots {
+                let idx = (h % self.geo.slots) as usize;
+                part.meta_epoch[idx].store(0, Ordering::Relaxed);
+                part.state[idx].store(aborted(h), Ordering::Release);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}

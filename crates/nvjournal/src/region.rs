@@ -1,0 +1,325 @@
+//! The persistent-memory region behind the journal, and the [`Persist`]
+//! trait that lets a crash-simulating region take its place.
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use thiserror::Error;
+
+use crate::flush::{flush_instr, flush_range, store_fence, FlushInstr};
+
+/// What can go wrong opening or syncing a region.
+#[derive(Debug, Error)]
+pub enum RegionError {
+    /// The requested size cannot be mapped (zero, not a multiple of 4096...).
+    #[error("invalid region size {0} (must be a non-zero multiple of 4096)")]
+    BadSize(u64),
+    /// The operating system refused an operation.
+    #[error("region I/O error during {op}: {source}")]
+    Io {
+        /// The operation that failed (open, mmap, msync...).
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A simulated region was crashed and accepts no more syncs.
+    #[error("region crashed (simulated)")]
+    Crashed,
+}
+
+/// How stores to the region become durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionMode {
+    /// `MAP_SYNC` on a DAX file system: a cache-line flush + fence makes a
+    /// store durable against power loss (real persistent memory).
+    Dax,
+    /// Ordinary shared mapping of a file on a block-backed file system:
+    /// durable only after `msync`, which the journal issues at each commit.
+    Msync,
+    /// A file on tmpfs (or any RAM file system): survives a process crash,
+    /// not a power cut — the paper's "DRAM as NVM" emulation.
+    Tmpfs,
+    /// An in-process simulation (see [`crate::CrashRegion`]).
+    Simulated,
+}
+
+impl std::fmt::Display for RegionMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RegionMode::Dax => "dax (MAP_SYNC)",
+            RegionMode::Msync => "mmap+msync",
+            RegionMode::Tmpfs => "tmpfs (process-crash safe only)",
+            RegionMode::Simulated => "simulated",
+        })
+    }
+}
+
+/// Byte-addressable persistent memory as the journal sees it.
+///
+/// Offsets and lengths passed by the journal are multiples of 8. Stores are
+/// not durable until [`persist`](Self::persist) covers them (and, in
+/// [`RegionMode::Msync`], until [`sync`](Self::sync)). Concurrent calls on
+/// disjoint ranges are allowed; overlapping racing calls give unspecified
+/// bytes but never undefined behaviour.
+pub trait Persist: Send + Sync {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// True if the region has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// How durability is achieved.
+    fn mode(&self) -> RegionMode;
+    /// Store `data` at `offset` (not yet durable).
+    fn write(&self, offset: usize, data: &[u8]);
+    /// Load `buf.len()` bytes from `offset`.
+    fn read(&self, offset: usize, buf: &mut [u8]);
+    /// Write back the cache lines of every range, then fence once: on return
+    /// (in `Dax`/`Tmpfs`/`Simulated` mode) those stores are durable.
+    fn persist_ranges(&self, ranges: &[(usize, usize)]);
+    /// [`persist_ranges`](Self::persist_ranges) for one range.
+    fn persist(&self, offset: usize, len: usize) {
+        self.persist_ranges(&[(offset, len)]);
+    }
+    /// Make every store so far durable where cache flushes are not enough
+    /// (`msync` in [`RegionMode::Msync`]; a no-op elsewhere).
+    fn sync(&self) -> Result<(), RegionError>;
+}
+
+impl<T: Persist + ?Sized> Persist for std::sync::Arc<T> {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn mode(&self) -> RegionMode {
+        (**self).mode()
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        (**self).write(offset, data)
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        (**self).read(offset, buf)
+    }
+    fn persist_ranges(&self, ranges: &[(usize, usize)]) {
+        (**self).persist_ranges(ranges)
+    }
+    fn persist(&self, offset: usize, len: usize) {
+        (**self).persist(offset, len)
+    }
+    fn sync(&self) -> Result<(), RegionError> {
+        (**self).sync()
+    }
+}
+
+/// A memory-mapped file used as persistent memory.
+///
+/// [`open_file`](Self::open_file) tries `MAP_SHARED_VALIDATE | MAP_SYNC`
+/// first (DAX); if the file system refuses, it maps with `MAP_SHARED` and
+/// reports [`RegionMode::Tmpfs`] for a RAM file system or
+/// [`RegionMode::Msync`] otherwise.
+///
+/// ```
+/// use ptsd_nvjournal::{PmemRegion, Persist, RegionMode};
+/// let dir = tempfile::tempdir().unwrap();
+/// let region = PmemRegion::open_file(dir.path().join("j"), 1 << 20).unwrap();
+/// assert_ne!(region.mode(), RegionMode::Simulated);
+/// region.write(64, &[1u8; 8]);
+/// region.persist(64, 8);
+/// let mut b = [0u8; 8];
+/// region.read(64, &mut b);
+/// assert_eq!(b, [1u8; 8]);
+/// ```
+pub struct PmemRegion {
+    base: *mut u8,
+    len: usize,
+    mode: RegionMode,
+    _file: File,
+}
+
+// SAFETY: the mapping is owned by the region and lives until drop; every
+// access to its bytes goes through atomic loads/stores (see `words`), so
+// sharing the pointer across threads cannot cause a data race.
+unsafe impl Send for PmemRegion {}
+// SAFETY: as above.
+unsafe impl Sync for PmemRegion {}
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+impl PmemRegion {
+    /// Map `bytes` of the file at `path`, creating or extending it.
+    pub fn open_file(path: impl AsRef<Path>, bytes: u64) -> Result<Self, RegionError> {
+        if bytes == 0 || bytes % 4096 != 0 || bytes > isize::MAX as u64 {
+            return Err(RegionError::BadSize(bytes));
+        }
+        let path = path.as_ref();
+        let io = |op| move |source| RegionError::Io { op, source };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io("open"))?;
+        if file.metadata().map_err(io("stat"))?.len() < bytes {
+            file.set_len(bytes).map_err(io("set_len"))?;
+        }
+        let len = bytes as usize;
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: mapping a file we hold open, at a kernel-chosen address;
+        // the result is checked against MAP_FAILED before use.
+        let dax = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                fd,
+                0,
+            )
+        };
+        let (base, mode) = if dax != libc::MAP_FAILED {
+            (dax, RegionMode::Dax)
+        } else {
+            // SAFETY: as above, plain shared mapping.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+            if p == libc::MAP_FAILED {
+                return Err(io("mmap")(std::io::Error::last_os_error()));
+            }
+            (p, fallback_mode(&file))
+        };
+        tracing::info!(
+            path = %path.display(),
+            bytes,
+            mode = %mode,
+            flush = %flush_instr(),
+            "journal region mapped"
+        );
+        Ok(Self {
+            base: base.cast(),
+            len,
+            mode,
+            _file: file,
+        })
+    }
+
+    /// The cache-line flush instruction in use.
+    pub fn flush_instr(&self) -> FlushInstr {
+        flush_instr()
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `base` is page-aligned, valid for `len` bytes (a multiple
+        // of 4096) for the life of `self`, and AtomicU64 permits shared
+        // mutation.
+        unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.len / 8) }
+    }
+
+    fn bytes(&self) -> &[AtomicU8] {
+        // SAFETY: as in `words`.
+        unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU8>(), self.len) }
+    }
+}
+
+fn fallback_mode(file: &File) -> RegionMode {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs fills the struct we pass for an fd we own.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if rc == 0 {
+        // SAFETY: fstatfs succeeded, so the struct is initialised.
+        // `f_type`'s integer type differs between libcs.
+        #[allow(clippy::unnecessary_cast)]
+        let f_type = unsafe { st.assume_init() }.f_type as i64;
+        if f_type == TMPFS_MAGIC || f_type == RAMFS_MAGIC {
+            return RegionMode::Tmpfs;
+        }
+    }
+    RegionMode::Msync
+}
+
+impl Drop for PmemRegion {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping we created; no references
+        // into it outlive `self`.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
+
+/// Copy `data` into atomically accessed memory (8-byte words where aligned).
+pub(crate) fn atomic_store(words: &[AtomicU64], bytes: &[AtomicU8], offset: usize, data: &[u8]) {
+    assert!(
+        offset + data.len() <= bytes.len(),
+        "region store out of bounds"
+    );
+    if offset % 8 == 0 && data.len() % 8 == 0 {
+        for (w, chunk) in words[offset / 8..].iter().zip(data.chunks_exact(8)) {
+            w.store(
+                u64::from_ne_bytes(chunk.try_into().unwrap()),
+                Ordering::Relaxed,
+            );
+        }
+    } else {
+        for (b, &v) in bytes[offset..].iter().zip(data) {
+            b.store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Copy atomically accessed memory into `buf`.
+pub(crate) fn atomic_load(words: &[AtomicU64], bytes: &[AtomicU8], offset: usize, buf: &mut [u8]) {
+    assert!(
+        offset + buf.len() <= bytes.len(),
+        "region load out of bounds"
+    );
+    if offset % 8 == 0 && buf.len() % 8 == 0 {
+        for (w, chunk) in words[offset / 8..].iter().zip(buf.chunks_exact_mut(8)) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+    } else {
+        for (b, v) in bytes[offset..].iter().zip(buf.iter_mut()) {
+            *v = b.load(Ordering::Relaxed);
+        }
+    }
+}
+
+impl Persist for PmemRegion {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn mode(&self) -> RegionMode {
+        self.mode
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        atomic_store(self.words(), self.bytes(), offset, data);
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        atomic_load(self.words(), self.bytes(), offset, buf);
+    }
+    fn persist_ranges(&self, ranges: &[(usize, usize)]) {
+        for &(offset, len) in ranges {
+            assert!(offset + len <= self.len, "persist out of bounds");
+            // SAFETY: the range was just checked to lie inside our mapping.
+            unsafe { flush_range(self.base.add(offset), len) };
+        }
+        store_fence();
+    }
+    fn sync(&self) -> Result<(), RegionError> {
+        if self.mode != RegionMode::Msync {
+            return Ok(());
+        }
+        // SAFETY: msync on exactly our live mapping.
+        let rc = unsafe { libc::msync(self.base.cast(), self.len, libc::MS_SYNC) };
+        if rc != 0 {
+            return Err(RegionError::Io {
+                op: "msync",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+}
