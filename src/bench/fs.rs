@@ -90,6 +90,10 @@ pub struct FsArgs {
     /// Kernel writeback cache on the no-op fs.
     #[arg(long)]
     noop_writeback_cache: bool,
+    /// Leave the workloads' files in place (for a look afterwards; on the
+    /// mounts this run makes they go with the mount anyway).
+    #[arg(long)]
+    keep: bool,
     /// Print the report as JSON on stdout (progress still on stderr).
     #[arg(long)]
     json: bool,
@@ -188,6 +192,7 @@ pub fn run(a: FsArgs) -> Result<()> {
             },
             bound: a.varmail_ops.map_or(seconds, Bound::Ops),
             seed: a.seed,
+            cleanup: !a.keep,
             ..VarmailConfig::default()
         },
         tokubench: TokubenchConfig {
@@ -195,6 +200,7 @@ pub fn run(a: FsArgs) -> Result<()> {
             bound: a.tokubench_files.map_or(seconds, Bound::Ops),
             sync_at_end: !a.no_final_sync,
             seed: a.seed,
+            cleanup: !a.keep,
             ..TokubenchConfig::default()
         },
         skip_varmail: a.only_tokubench,

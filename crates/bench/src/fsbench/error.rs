@@ -43,6 +43,15 @@ pub enum FsBenchError {
         /// Why.
         detail: String,
     },
+    /// A target of a suite run failed (setup, a workload or teardown); the
+    /// report has the others' figures.
+    #[error("target {target}: {detail}")]
+    TargetFailed {
+        /// The target's row label.
+        target: String,
+        /// The first error it met.
+        detail: String,
+    },
     /// A configuration that cannot run (zero threads, no files…).
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -477,9 +477,9 @@ pub fn first_error(report: &SuiteReport) -> Result<()> {
     match report
         .targets
         .iter()
-        .find_map(|t| t.errors.first().map(|e| format!("{}: {e}", t.name)))
+        .find_map(|t| t.errors.first().map(|e| (t.name.clone(), e.clone())))
     {
-        Some(e) => Err(FsBenchError::Config(e)),
+        Some((target, detail)) => Err(FsBenchError::TargetFailed { target, detail }),
         None => Ok(()),
     }
 }
