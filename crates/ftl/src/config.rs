@@ -326,6 +326,12 @@ pub(crate) struct Geometry {
     pub buffer_pages: u32,
 }
 
+impl Geometry {
+    pub fn total_blocks(&self) -> u64 {
+        u64::from(self.chips) * u64::from(self.blocks_per_chip)
+    }
+}
+
 impl FtlConfig {
     /// The paper's board with `blocks_per_chip` chosen so that the device
     /// exposes exactly `logical_bytes` at the configured over-provisioning.
@@ -351,15 +357,19 @@ impl FtlConfig {
 
     /// The paper's setup for one of its five variants: `logical_bytes` of
     /// logical space, 20 % OP, mapping memory = 20 % of the page FTL's map
-    /// (the page FTL itself gets its full map).
+    /// (the page FTL itself gets its full map; tiny devices get at least the
+    /// GTD plus two mapping pages).
     pub fn paper(variant: Variant, logical_bytes: u64) -> Self {
         let mut cfg = FtlConfig::default().with_logical_bytes(logical_bytes);
         let (scheme, scheduler) = variant.scheme_and_scheduler();
         cfg.scheme = scheme;
         cfg.scheduler = scheduler;
+        // Tiny devices get at least the GTD and one page per region.
+        let g = cfg.geometry();
+        let floor = g.map_pages * MAP_ENTRY_BYTES + 2 * u64::from(cfg.page_size);
         cfg.map_memory_bytes = match variant {
             Variant::Page => None,
-            _ => Some(cfg.logical_pages() * MAP_ENTRY_BYTES / 5),
+            _ => Some((cfg.logical_pages() * MAP_ENTRY_BYTES / 5).max(floor)),
         };
         cfg
     }

@@ -17,6 +17,9 @@ pub enum FtlError {
     /// The store kind needs another constructor (e.g. a file store needs `Ssd::open`).
     #[error("{0}")]
     Unsupported(String),
+    /// Shutdown with requests still queued or in service.
+    #[error("{0} requests are still outstanding")]
+    Busy(usize),
     /// A previous error stopped the device.
     #[error("device failed earlier: {0}")]
     Failed(String),

@@ -184,6 +184,24 @@ impl Flash {
         best
     }
 
+    /// Rebuild the free lists from `pool` (after recovery); every used
+    /// block is closed (recovery opens none).
+    pub fn rebuild_free_lists(&mut self) {
+        for f in &mut self.free {
+            f.clear();
+        }
+        for fr in &mut self.frontier {
+            fr.fill(NIL);
+        }
+        for b in 0..self.blocks() {
+            self.open[b as usize] = false;
+            if self.pool[b as usize] == POOL_FREE {
+                self.wp[b as usize] = 0;
+                self.free[(b / self.blocks_per_chip) as usize].push_back(b);
+            }
+        }
+    }
+
     /// Erase block `b` (no valid pages left) and return it to its chip's free list.
     pub fn erase(&mut self, b: u32) {
         let i = b as usize;

@@ -14,8 +14,10 @@
 
 pub mod config;
 mod counters;
+pub mod device;
 mod error;
 mod flash;
+pub mod image;
 mod mapping;
 pub mod request;
 mod ssd;
@@ -26,11 +28,13 @@ pub use config::{
     ConfigError, FtlConfig, GcConfig, GcPolicy, SchedulerKind, SchemeConfig, StoreKind, Variant,
 };
 pub use counters::{ByCause, FtlStats};
+pub use device::{Clock, SsdDevice, VirtualClock, WallClock};
 pub use error::{FtlError, RequestError};
 pub use request::{Completion, Op, Request};
 pub mod sim;
 pub mod stats;
 pub mod trace;
 pub mod workload;
+pub use image::{ImageError, PersistentStore};
 pub use ssd::{Done, Payload, Ssd};
 pub use store::{MemStore, NoStore, Oob, PageKind, Store, StoreError};

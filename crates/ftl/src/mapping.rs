@@ -31,7 +31,6 @@ pub(crate) trait MapCache: Send {
     fn gc_update(&mut self, mpn: u32, lpns: &[u32], acts: &mut Vec<MapAction>);
     /// Write back every dirty mapping page (checkpoint); afterwards nothing
     /// is dirty.
-    #[allow(dead_code)] // the persistent store's clean shutdown
     fn write_back_all(&mut self, acts: &mut Vec<MapAction>);
     /// Modelled DRAM in use (GTD + cached pages + dirty entries).
     fn memory_bytes(&self) -> u64;

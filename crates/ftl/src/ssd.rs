@@ -13,6 +13,9 @@ use crate::request::{Completion, Op, Request};
 use crate::store::{MemStore, NoStore, Oob, PageKind, Store};
 use crate::timeline::Timeline;
 
+/// Trim-record pages kept before a checkpoint folds them into the map.
+const MAX_TRIM_PAGES: usize = 32;
+
 /// `l2p` value of an unmapped logical page.
 pub(crate) const UNMAPPED: u32 = u32::MAX;
 /// `l2p` flag: the page is in the write buffer, the low bits are its slot.
@@ -42,7 +45,6 @@ pub struct Done {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // Checkpoint: the persistent store's shutdown
 pub(crate) enum Cause {
     Read,
     Write,
@@ -125,7 +127,7 @@ pub struct Ssd {
     pub(crate) gtd: Vec<u32>,
     /// Sequence number (as-of time) of each mapping page's flash copy.
     pub(crate) gtd_seq: Vec<u64>,
-    cache: Box<dyn MapCache>,
+    pub(crate) cache: Box<dyn MapCache>,
     uses_map_pages: bool,
     buf: WriteBuffer,
     pub(crate) store: Box<dyn Store>,
@@ -159,8 +161,11 @@ pub struct Ssd {
     pub(crate) trim_log: Vec<(u32, u32, u64)>,
     /// Trim-record pages on flash since the last checkpoint.
     pub(crate) trim_pages: Vec<u32>,
-    stats: FtlStats,
+    pub(crate) stats: FtlStats,
     fault: Option<String>,
+    /// Persistent store: mapping pages whose flash copy is older than the
+    /// map (bit per mapping page), written at a checkpoint.
+    map_stale: Vec<u64>,
     /// Scratch for the `SimDevice` adapter.
     sim_done: Vec<Done>,
 }
@@ -257,6 +262,11 @@ impl Ssd {
                 ..FtlStats::default()
             },
             fault: None,
+            map_stale: if persistent {
+                vec![0; g.map_pages.div_ceil(64) as usize]
+            } else {
+                Vec::new()
+            },
             sim_done: Vec::with_capacity(256),
             g,
             cfg,
@@ -633,6 +643,7 @@ impl Ssd {
             if e == UNMAPPED {
                 continue;
             }
+            self.mark_map_stale(lpn);
             self.flash.invalidate(e, t);
             acts.clear();
             if self.cache.write(lpn, lpn / epp, &mut acts) {
@@ -659,6 +670,9 @@ impl Ssd {
         self.flush_busy_until = self.flush_busy_until.max(end);
         if self.persistent {
             self.persist_trims(t)?;
+            if self.trim_pages.len() > MAX_TRIM_PAGES {
+                self.checkpoint(t)?;
+            }
             self.store.sync()?;
         }
         Ok(end.max(self.last_program_end).max(self.horizon))
@@ -712,6 +726,7 @@ impl Ssd {
                     kind: PageKind::Data,
                     id: lpn,
                     seq: self.seq,
+                    aux: 0,
                 };
                 let page = self.buf.page;
                 if let Err(e) =
@@ -729,6 +744,7 @@ impl Ssd {
             }
             self.l2p[lpn as usize] = ppa;
             self.flash.fill(ppa, lpn, t);
+            self.mark_map_stale(lpn);
             self.stats.flash_data_programs += 1;
             acts.clear();
             if self.cache.write(lpn, lpn / epp, &mut acts) {
@@ -824,6 +840,7 @@ impl Ssd {
                 kind: PageKind::Map,
                 id: mpn,
                 seq: self.seq,
+                aux: self.seq,
             };
             let r = self.store.program(ppa, oob, &content);
             self.scratch = content;
@@ -835,6 +852,9 @@ impl Ssd {
         }
         self.gtd[mpn as usize] = ppa;
         self.gtd_seq[mpn as usize] = self.seq;
+        if self.persistent {
+            self.map_stale[(mpn / 64) as usize] &= !(1u64 << (mpn % 64));
+        }
         self.flash.fill(ppa, mpn, t);
         let c = &mut self.stats.map_programs;
         match cause {
@@ -963,15 +983,16 @@ impl Ssd {
                         PageKind::Map
                     };
                     // A mapping page keeps its as-of sequence number.
-                    let seq = if kind == PageKind::Map {
+                    let aux = if kind == PageKind::Map {
                         self.gtd_seq[owner as usize]
                     } else {
-                        self.seq
+                        0
                     };
                     let oob = Oob {
                         kind,
                         id: if owner == TRIM_OWNER { 0 } else { owner },
-                        seq,
+                        seq: self.seq,
+                        aux,
                     };
                     let mut scratch = std::mem::take(&mut self.scratch);
                     let r = self.store.copy(src, dst, oob, &mut scratch);
@@ -988,6 +1009,7 @@ impl Ssd {
                     } else {
                         self.l2p[owner as usize] = dst;
                     }
+                    self.mark_map_stale(owner);
                     moved.push(owner);
                 } else {
                     self.stats.gc_map_copies += 1;
@@ -1003,6 +1025,7 @@ impl Ssd {
             // The victim's stale copies may be what a power cut falls back
             // to: make the new copies durable before destroying them.
             if self.persistent {
+                self.persist_trims(t)?;
                 self.store.sync()?;
                 self.store.erase(victim * ppb, ppb)?;
             } else if self.has_data {
@@ -1071,6 +1094,7 @@ impl Ssd {
                 kind: PageKind::Trim,
                 id: 0,
                 seq: self.seq,
+                aux: 0,
             };
             let r = self.store.program(ppa, oob, &content);
             self.scratch = content;
@@ -1080,6 +1104,43 @@ impl Ssd {
             self.stats.trim_pages += 1;
         }
         Ok(())
+    }
+
+    #[inline]
+    pub(crate) fn mark_map_stale(&mut self, lpn: u32) {
+        if self.persistent {
+            let m = lpn / self.g.entries_per_map_page;
+            self.map_stale[(m / 64) as usize] |= 1u64 << (m % 64);
+        }
+    }
+
+    pub(crate) fn any_map_stale(&self) -> bool {
+        self.map_stale.iter().any(|&w| w != 0)
+    }
+
+    /// Make the flash copy of the map current: flush the buffer, write back
+    /// the cache's dirty state and every stale mapping page, make it all
+    /// durable, then drop the trim records (the map now holds the discards).
+    pub(crate) fn checkpoint(&mut self, t: u64) -> Result<u64, FtlError> {
+        let mut end = self.flush_buffer(t)?;
+        let mut acts = self.take_acts();
+        self.cache.write_back_all(&mut acts);
+        let r = self.exec_acts(&acts, t, Cause::Checkpoint);
+        self.put_acts(acts);
+        r?;
+        for w in 0..self.map_stale.len() {
+            while self.map_stale[w] != 0 {
+                let bit = self.map_stale[w].trailing_zeros();
+                let mpn = w as u32 * 64 + bit;
+                end = end.max(self.write_map_page(mpn, t, Cause::Checkpoint)?);
+            }
+        }
+        self.trim_log.clear();
+        self.store.sync()?;
+        for p in std::mem::take(&mut self.trim_pages) {
+            self.flash.invalidate(p, t);
+        }
+        Ok(end.max(self.horizon))
     }
 
     // ---- timeline wrappers -------------------------------------------------
@@ -1123,6 +1184,15 @@ impl Ssd {
     /// Time at which every chip is idle (all placed operations done).
     pub fn idle_at(&self) -> u64 {
         self.tl.all_idle_at()
+    }
+
+    pub(crate) fn geometry(&self) -> &Geometry {
+        &self.g
+    }
+
+    /// Whether the pages live in a persistent store.
+    pub fn is_persistent(&self) -> bool {
+        self.persistent
     }
 
     /// Check the engine's internal invariants (tests): every mapped LPN

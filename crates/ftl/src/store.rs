@@ -25,8 +25,11 @@ pub struct Oob {
     pub kind: PageKind,
     /// LPN (data) or mapping-page number (map); 0 for trim pages.
     pub id: u32,
-    /// Program sequence number: larger = newer.
+    /// Program sequence number: larger = newer (GC copies get a new one).
     pub seq: u64,
+    /// Mapping pages: the sequence number their content is as of (kept by
+    /// GC copies). 0 otherwise.
+    pub aux: u64,
 }
 
 impl Oob {
@@ -34,6 +37,7 @@ impl Oob {
         kind: PageKind::Free,
         id: 0,
         seq: 0,
+        aux: 0,
     };
 }
 
@@ -43,7 +47,7 @@ pub enum StoreError {
     #[error("backing device: {0}")]
     Device(#[from] ptsd_blockdev::BlockError),
     #[error("image: {0}")]
-    Image(String),
+    Image(#[from] crate::image::ImageError),
 }
 
 /// The NAND array's bytes. The engine calls it only for stores that
@@ -69,6 +73,10 @@ pub trait Store: Send {
     /// Make everything programmed so far durable.
     fn sync(&mut self) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// For stores with more to offer (the persistent store's checkpoint).
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
     }
 }
 

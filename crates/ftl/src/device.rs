@@ -1,0 +1,284 @@
+//! [`SsdDevice`]: the emulated SSD as a `ptsd_blockdev::BlockDevice`, holding
+//! real data, under a virtual or a wall clock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use ptsd_blockdev::{check_range, check_request, BlockDevice, BlockError};
+
+use crate::error::RequestError;
+use crate::request::{Op, Request};
+use crate::ssd::{Done, Payload, Ssd};
+use crate::FtlStats;
+
+/// Where a device's time comes from.
+pub trait Clock: Send + Sync {
+    /// Now, in nanoseconds (monotone).
+    fn now_ns(&self) -> u64;
+    /// Block until `t_ns` has come.
+    fn wait_until(&self, t_ns: u64);
+}
+
+/// Simulated time: waiting jumps the clock forward, so requests take no wall
+/// time but their model latencies add up in [`now_ns`](Clock::now_ns).
+#[derive(Debug, Default)]
+pub struct VirtualClock {
+    now: AtomicU64,
+}
+
+impl VirtualClock {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::Acquire)
+    }
+    fn wait_until(&self, t_ns: u64) {
+        self.now.fetch_max(t_ns, Ordering::AcqRel);
+    }
+}
+
+/// Real time: a request returns when the model's completion time has passed
+/// on the wall clock (emulation).
+#[derive(Debug)]
+pub struct WallClock {
+    start: Instant,
+}
+
+impl Default for WallClock {
+    fn default() -> Self {
+        WallClock {
+            start: Instant::now(),
+        }
+    }
+}
+
+impl WallClock {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Clock for WallClock {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+    fn wait_until(&self, t_ns: u64) {
+        loop {
+            let now = self.now_ns();
+            if now >= t_ns {
+                return;
+            }
+            let left = t_ns - now;
+            // Sleep for the bulk, spin the last stretch (sleep overshoots).
+            if left > 100_000 {
+                std::thread::sleep(Duration::from_nanos(left - 50_000));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+struct Inner {
+    ssd: Ssd,
+    next_id: u64,
+    out: Vec<Done>,
+    /// Completions that belong to other threads' requests.
+    finished: HashMap<u64, Done>,
+}
+
+/// An [`Ssd`] behind the `BlockDevice` trait (block size = page size). Safe
+/// to share between threads: requests from several threads are in the
+/// interface queue together, as on a real device.
+///
+/// ```
+/// use ptsd_blockdev::BlockDevice;
+/// use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
+///
+/// let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
+/// cfg.store = StoreKind::Memory;
+/// let dev = SsdDevice::virtual_time(Ssd::new(cfg).unwrap());
+/// dev.write(10, &vec![7u8; 8192]).unwrap();
+/// let mut buf = vec![0u8; 4096];
+/// dev.read(11, &mut buf).unwrap();
+/// assert_eq!(buf, vec![7u8; 4096]);
+/// assert!(dev.now_ns() > 0); // model time went by
+/// ```
+pub struct SsdDevice<C: Clock = VirtualClock> {
+    inner: Mutex<Inner>,
+    clock: C,
+    page_size: u32,
+    pages: u64,
+}
+
+/// Largest request handed to the engine at once (pages).
+const MAX_PAGES: u64 = 1024;
+
+impl SsdDevice<VirtualClock> {
+    /// Simulated time: calls return at once, the clock jumps.
+    pub fn virtual_time(ssd: Ssd) -> Self {
+        SsdDevice::new(ssd, VirtualClock::new())
+    }
+}
+
+impl SsdDevice<WallClock> {
+    /// Real-time emulation: each call takes the model's latency.
+    pub fn real_time(ssd: Ssd) -> Self {
+        SsdDevice::new(ssd, WallClock::new())
+    }
+}
+
+impl<C: Clock> SsdDevice<C> {
+    pub fn new(ssd: Ssd, clock: C) -> Self {
+        SsdDevice {
+            page_size: ssd.page_size(),
+            pages: ssd.logical_pages(),
+            inner: Mutex::new(Inner {
+                ssd,
+                next_id: 0,
+                out: Vec::new(),
+                finished: HashMap::new(),
+            }),
+            clock,
+        }
+    }
+
+    /// The device's clock, now.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> FtlStats {
+        self.inner.lock().ssd.stats().clone()
+    }
+
+    /// Run `f` on the engine (reset stats, shut down, inspect).
+    pub fn with_ssd<R>(&self, f: impl FnOnce(&mut Ssd) -> R) -> R {
+        f(&mut self.inner.lock().ssd)
+    }
+
+    /// Give the engine back.
+    pub fn into_inner(self) -> Ssd {
+        self.inner.into_inner().ssd
+    }
+
+    /// Submit one request and wait (on the clock) until it completes.
+    fn run(&self, op: Op, lpn: u64, pages: u32, payload: Payload) -> Result<Payload, BlockError> {
+        let id = {
+            let mut g = self.inner.lock();
+            let id = g.next_id;
+            g.next_id += 1;
+            let now = self.clock.now_ns();
+            g.ssd
+                .submit(now, Request { id, op, lpn, pages }, payload)
+                .map_err(|e| request_error(e, lpn, pages, self.pages))?;
+            id
+        };
+        loop {
+            let wait = {
+                let mut g = self.inner.lock();
+                let g = &mut *g;
+                g.ssd.advance(self.clock.now_ns(), &mut g.out);
+                for d in g.out.drain(..) {
+                    g.finished.insert(d.completion.id, d);
+                }
+                if let Some(d) = g.finished.remove(&id) {
+                    if d.failed {
+                        let why = g.ssd.fault().unwrap_or("device failed").to_string();
+                        return Err(BlockError::Io(std::io::Error::other(why)));
+                    }
+                    return Ok(d.payload);
+                }
+                g.ssd.next_event()
+            };
+            match wait {
+                Some(t) => self.clock.wait_until(t),
+                // Someone else collected our completion between the locks:
+                // loop to find it in `finished`.
+                None => std::thread::yield_now(),
+            }
+        }
+    }
+}
+
+fn request_error(e: RequestError, lpn: u64, pages: u32, capacity: u64) -> BlockError {
+    match e {
+        RequestError::OutOfRange { .. } => BlockError::OutOfRange {
+            block: lpn,
+            count: u64::from(pages),
+            capacity,
+        },
+        other => BlockError::Io(std::io::Error::other(other.to_string())),
+    }
+}
+
+impl<C: Clock> BlockDevice for SsdDevice<C> {
+    fn block_size(&self) -> u32 {
+        self.page_size
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.pages
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> Result<(), BlockError> {
+        let count = check_request(self, block, buf.len())?;
+        let ps = self.page_size as usize;
+        let mut done = 0;
+        while done < count {
+            let n = (count - done).min(MAX_PAGES);
+            let chunk = &mut buf[done as usize * ps..(done + n) as usize * ps];
+            let p = self.run(
+                Op::Read,
+                block + done,
+                n as u32,
+                Payload::Read(vec![0; chunk.len()]),
+            )?;
+            if let Payload::Read(data) = p {
+                chunk.copy_from_slice(&data);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write(&self, block: u64, buf: &[u8]) -> Result<(), BlockError> {
+        let count = check_request(self, block, buf.len())?;
+        let ps = self.page_size as usize;
+        let mut done = 0;
+        while done < count {
+            let n = (count - done).min(MAX_PAGES);
+            let chunk = &buf[done as usize * ps..(done + n) as usize * ps];
+            self.run(
+                Op::Write,
+                block + done,
+                n as u32,
+                Payload::Write(chunk.to_vec()),
+            )?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), BlockError> {
+        self.run(Op::Flush, 0, 0, Payload::None).map(|_| ())
+    }
+
+    fn discard(&self, block: u64, count: u64) -> Result<(), BlockError> {
+        check_range(self, block, count)?;
+        let mut done = 0;
+        while done < count {
+            let n = (count - done).min(1 << 20);
+            self.run(Op::Discard, block + done, n as u32, Payload::None)?;
+            done += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,800 @@
+//! The persistent store: an SSD image on a `BlockDevice`, and recovery.
+//!
+//! Layout, in pages of the SSD's page size (the device's block size must
+//! divide it):
+//!
+//! | pages            | content                                            |
+//! |------------------|----------------------------------------------------|
+//! | 0                | header: magic, version, geometry, clean flag, crc32c |
+//! | 1 ..             | checkpoint: sequence number, GTD, erase counts, crc32c (valid only after a clean shutdown) |
+//! | then             | OOB area: 32 bytes per physical page               |
+//! | then             | the physical pages                                 |
+//!
+//! OOB entry: kind (u8), id (u32: LPN or mapping-page number), seq (u64, a
+//! program's order), aux (u64: a mapping page's as-of sequence number), the
+//! crc32c of the page's data, and the crc32c of the entry. OOB entries are
+//! kept in memory and written at each `sync`, *after* the data pages are
+//! durable, so a durable entry always describes durable data; the data crc
+//! catches an entry whose page was later overwritten without its new entry
+//! reaching the media.
+//!
+//! Recovery after a power cut (header not clean): every OOB entry is checked
+//! against its page's data; per mapping page the newest copy (highest seq)
+//! gives the map as of its `aux`; data pages and trim records newer than
+//! that override it (newest sequence number wins). Then a checkpoint writes
+//! the recovered map, so the trim records can go. After a clean shutdown the
+//! checkpoint's GTD is read back and nothing is scanned.
+
+use ptsd_blockdev::BlockDevice;
+use thiserror::Error;
+
+use crate::config::FtlConfig;
+use crate::error::FtlError;
+use crate::flash::{INVALID, POOL_DATA, POOL_FREE, POOL_MAP, TRIM_OWNER};
+use crate::ssd::{Ssd, UNMAPPED};
+use crate::store::{Oob, PageKind, Store, StoreError};
+
+const MAGIC: &[u8; 8] = b"PTSDFTL1";
+const VERSION: u32 = 1;
+const OOB_BYTES: usize = 32;
+const HEADER_BYTES: usize = 48;
+
+/// What is wrong with an image.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum ImageError {
+    #[error("not a ptsd-ftl image (bad magic)")]
+    NotAnImage,
+    #[error("image version {0} is not supported (this build reads version {VERSION})")]
+    Version(u32),
+    #[error("image header is corrupt (checksum mismatch)")]
+    HeaderChecksum,
+    #[error("image checkpoint is corrupt (checksum mismatch)")]
+    CheckpointChecksum,
+    #[error("image geometry {found} differs from the configuration's {expected}")]
+    Geometry { found: String, expected: String },
+    #[error("device of {have} bytes is too small for the image ({needed} bytes)")]
+    TooSmall { needed: u64, have: u64 },
+    #[error("device block size {block} does not divide the page size {page}")]
+    BlockSize { block: u32, page: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    page: usize,
+    /// Device blocks per page.
+    k: u64,
+    ckpt_first: u64,
+    ckpt_pages: u64,
+    oob_first: u64,
+    oob_pages: u64,
+    data_first: u64,
+    total_pages: u64,
+}
+
+impl Layout {
+    fn new(cfg: &FtlConfig, block: u32) -> Layout {
+        let g = cfg.geometry();
+        let page = g.page_size as u64;
+        let ckpt_bytes = 32 + 12 * g.map_pages + 4 * g.total_blocks() + 4;
+        let ckpt_pages = ckpt_bytes.div_ceil(page);
+        let oob_pages = (g.physical_pages * OOB_BYTES as u64).div_ceil(page);
+        Layout {
+            page: page as usize,
+            k: page / u64::from(block),
+            ckpt_first: 1,
+            ckpt_pages,
+            oob_first: 1 + ckpt_pages,
+            oob_pages,
+            data_first: 1 + ckpt_pages + oob_pages,
+            total_pages: 1 + ckpt_pages + oob_pages + g.physical_pages,
+        }
+    }
+
+    fn block(&self, page_index: u64) -> u64 {
+        page_index * self.k
+    }
+}
+
+fn geometry_string(cfg: &FtlConfig, logical: u64) -> String {
+    format!(
+        "{} B pages, {}x{} chips, {} blocks/chip, {} pages/block, {} logical pages",
+        cfg.page_size,
+        cfg.channels,
+        cfg.chips_per_channel,
+        cfg.blocks_per_chip,
+        cfg.pages_per_block,
+        logical
+    )
+}
+
+fn encode_header(cfg: &FtlConfig, clean: bool, out: &mut [u8]) {
+    out.fill(0);
+    out[..8].copy_from_slice(MAGIC);
+    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    out[12..16].copy_from_slice(&cfg.page_size.to_le_bytes());
+    out[16..20].copy_from_slice(&cfg.channels.to_le_bytes());
+    out[20..24].copy_from_slice(&cfg.chips_per_channel.to_le_bytes());
+    out[24..28].copy_from_slice(&cfg.blocks_per_chip.to_le_bytes());
+    out[28..32].copy_from_slice(&cfg.pages_per_block.to_le_bytes());
+    out[32..40].copy_from_slice(&cfg.logical_pages().to_le_bytes());
+    out[40] = u8::from(clean);
+    let crc = crc32c::crc32c(&out[..44]);
+    out[44..48].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// `None` = a blank (all-zero) header; `Some(clean)` = a valid image.
+fn decode_header(cfg: &FtlConfig, b: &[u8]) -> Result<Option<bool>, ImageError> {
+    if b[..HEADER_BYTES].iter().all(|&x| x == 0) {
+        return Ok(None);
+    }
+    if &b[..8] != MAGIC {
+        return Err(ImageError::NotAnImage);
+    }
+    if crc32c::crc32c(&b[..44]) != u32_at(b, 44) {
+        return Err(ImageError::HeaderChecksum);
+    }
+    let version = u32_at(b, 8);
+    if version != VERSION {
+        return Err(ImageError::Version(version));
+    }
+    let found = FtlConfig {
+        page_size: u32_at(b, 12),
+        channels: u32_at(b, 16),
+        chips_per_channel: u32_at(b, 20),
+        blocks_per_chip: u32_at(b, 24),
+        pages_per_block: u32_at(b, 28),
+        ..FtlConfig::default()
+    };
+    let found_logical = u64_at(b, 32);
+    let (fs, es) = (
+        geometry_string(&found, found_logical),
+        geometry_string(cfg, cfg.logical_pages()),
+    );
+    if fs != es {
+        return Err(ImageError::Geometry {
+            found: fs,
+            expected: es,
+        });
+    }
+    Ok(Some(b[40] == 1))
+}
+
+/// A decoded, verified OOB entry.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    oob: Oob,
+    data_crc: u32,
+}
+
+fn encode_oob(oob: &Oob, data_crc: u32, out: &mut [u8]) {
+    out.fill(0);
+    if oob.kind == PageKind::Free {
+        return;
+    }
+    out[0] = oob.kind as u8;
+    out[4..8].copy_from_slice(&oob.id.to_le_bytes());
+    out[8..16].copy_from_slice(&oob.seq.to_le_bytes());
+    out[16..24].copy_from_slice(&oob.aux.to_le_bytes());
+    out[24..28].copy_from_slice(&data_crc.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..28]);
+    out[28..32].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn decode_oob(b: &[u8]) -> Option<Entry> {
+    let kind = match b[0] {
+        1 => PageKind::Data,
+        2 => PageKind::Map,
+        3 => PageKind::Trim,
+        _ => return None,
+    };
+    if crc32c::crc32c(&b[..28]) != u32_at(b, 28) {
+        return None;
+    }
+    Some(Entry {
+        oob: Oob {
+            kind,
+            id: u32_at(b, 4),
+            seq: u64_at(b, 8),
+            aux: u64_at(b, 16),
+        },
+        data_crc: u32_at(b, 24),
+    })
+}
+
+/// Pages and their OOB on a [`BlockDevice`].
+pub struct PersistentStore {
+    dev: Box<dyn BlockDevice>,
+    lay: Layout,
+    /// The whole OOB area, as it should be on the device.
+    oob: Vec<u8>,
+    /// OOB pages changed since the last sync.
+    dirty: Vec<bool>,
+    dirty_list: Vec<u32>,
+}
+
+impl PersistentStore {
+    fn data_block(&self, ppa: u32) -> u64 {
+        self.lay.block(self.lay.data_first + u64::from(ppa))
+    }
+
+    fn set_oob(&mut self, ppa: u32, oob: &Oob, data_crc: u32) {
+        let at = ppa as usize * OOB_BYTES;
+        encode_oob(oob, data_crc, &mut self.oob[at..at + OOB_BYTES]);
+        let page = at / self.lay.page;
+        if !self.dirty[page] {
+            self.dirty[page] = true;
+            self.dirty_list.push(page as u32);
+        }
+    }
+
+    fn entry(&self, ppa: u32) -> Option<Entry> {
+        let at = ppa as usize * OOB_BYTES;
+        decode_oob(&self.oob[at..at + OOB_BYTES])
+    }
+
+    fn write_pages(&self, first_page: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let mut padded;
+        let buf = if bytes.len() % self.lay.page == 0 {
+            bytes
+        } else {
+            padded = bytes.to_vec();
+            padded.resize(bytes.len().next_multiple_of(self.lay.page), 0);
+            &padded[..]
+        };
+        self.dev.write(self.lay.block(first_page), buf)?;
+        Ok(())
+    }
+
+    fn read_pages(&self, first_page: u64, pages: u64) -> Result<Vec<u8>, StoreError> {
+        let mut v = vec![0u8; pages as usize * self.lay.page];
+        self.dev.read(self.lay.block(first_page), &mut v)?;
+        Ok(v)
+    }
+}
+
+impl Store for PersistentStore {
+    fn keeps_data(&self) -> bool {
+        true
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn persistent(&self) -> bool {
+        true
+    }
+
+    fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), StoreError> {
+        self.dev.write(self.data_block(ppa), data)?;
+        self.set_oob(ppa, &oob, crc32c::crc32c(data));
+        Ok(())
+    }
+
+    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.dev.read(self.data_block(ppa), buf)?;
+        Ok(())
+    }
+
+    fn erase(&mut self, first: u32, pages: u32) -> Result<(), StoreError> {
+        for p in first..first + pages {
+            self.set_oob(p, &Oob::FREE, 0);
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        // Data first, then the OOB entries that describe it.
+        self.dev.flush()?;
+        if self.dirty_list.is_empty() {
+            return Ok(());
+        }
+        self.dirty_list.sort_unstable();
+        let page = self.lay.page;
+        let mut i = 0;
+        while i < self.dirty_list.len() {
+            let mut j = i + 1;
+            while j < self.dirty_list.len() && self.dirty_list[j] == self.dirty_list[j - 1] + 1 {
+                j += 1;
+            }
+            let (a, b) = (
+                self.dirty_list[i] as usize,
+                self.dirty_list[j - 1] as usize + 1,
+            );
+            self.dev.write(
+                self.lay.block(self.lay.oob_first + a as u64),
+                &self.oob[a * page..b * page],
+            )?;
+            i = j;
+        }
+        for &p in &self.dirty_list {
+            self.dirty[p as usize] = false;
+        }
+        self.dirty_list.clear();
+        self.dev.flush()?;
+        Ok(())
+    }
+}
+
+/// What recovery found, to install into a fresh `Ssd`.
+struct Recovered {
+    l2p: Vec<u32>,
+    gtd: Vec<u32>,
+    gtd_seq: Vec<u64>,
+    /// Per block: pool and write pointer.
+    pool: Vec<u8>,
+    wp: Vec<u32>,
+    erases: Option<Vec<u32>>,
+    trim_pages: Vec<u32>,
+    max_seq: u64,
+    /// Mapping pages whose flash copy is older than the recovered map.
+    stale_map_pages: Vec<u32>,
+}
+
+impl Ssd {
+    /// Open (or create) the persistent SSD image named by `cfg.store`
+    /// (`StoreKind::File`). A new or empty file is formatted; an image left
+    /// by a clean [`shutdown`](Ssd::shutdown) opens from its checkpoint; one
+    /// left by a power cut is recovered from its OOB and mapping pages.
+    pub fn open(cfg: FtlConfig) -> Result<Ssd, FtlError> {
+        let crate::config::StoreKind::File { path } = &cfg.store else {
+            return Err(FtlError::Unsupported(
+                "Ssd::open needs StoreKind::File".into(),
+            ));
+        };
+        cfg.validate()?;
+        let lay = Layout::new(&cfg, cfg.page_size);
+        let exists = std::fs::metadata(path)
+            .map(|m| m.len() > 0)
+            .unwrap_or(false);
+        let dev = if exists {
+            ptsd_blockdev::FileDevice::open(path, cfg.page_size).map_err(StoreError::from)?
+        } else {
+            ptsd_blockdev::FileDevice::create(path, cfg.page_size, lay.total_pages * lay.k)
+                .map_err(StoreError::from)?
+        };
+        Ssd::open_on(cfg, Box::new(dev))
+    }
+
+    /// Open (or format, if its first page is all zeroes) an SSD image on any
+    /// block device — a `CrashDevice` in power-cut tests.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ptsd_blockdev::MemDevice;
+    /// use ptsd_ftl::{FtlConfig, Op, Payload, Request, Ssd, StoreKind};
+    ///
+    /// let mut cfg = FtlConfig::default().with_logical_bytes(8 << 20);
+    /// cfg.channels = 2;
+    /// cfg.chips_per_channel = 1;
+    /// cfg.pages_per_block = 16;
+    /// let cfg = cfg.with_logical_bytes(8 << 20);
+    /// let dev = Arc::new(MemDevice::new(4096, Ssd::image_blocks(&cfg, 4096)).unwrap());
+    /// let mut ssd = Ssd::open_on(cfg.clone(), Box::new(dev.clone())).unwrap();
+    /// let w = Request { id: 1, op: Op::Write, lpn: 5, pages: 1 };
+    /// ssd.submit(0, w, Payload::Write(vec![9; 4096])).unwrap();
+    /// let mut done = Vec::new();
+    /// while let Some(t) = ssd.next_event() { ssd.advance(t, &mut done); }
+    /// ssd.shutdown().unwrap();
+    /// drop(ssd);
+    /// let mut again = Ssd::open_on(cfg, Box::new(dev)).unwrap();
+    /// let r = Request { id: 2, op: Op::Read, lpn: 5, pages: 1 };
+    /// again.submit(0, r, Payload::Read(vec![0; 4096])).unwrap();
+    /// done.clear();
+    /// while let Some(t) = again.next_event() { again.advance(t, &mut done); }
+    /// assert!(done[0].payload == Payload::Read(vec![9; 4096]));
+    /// ```
+    pub fn open_on(cfg: FtlConfig, dev: Box<dyn BlockDevice>) -> Result<Ssd, FtlError> {
+        cfg.validate()?;
+        let block = dev.block_size();
+        if block == 0 || cfg.page_size % block != 0 {
+            return Err(StoreError::from(ImageError::BlockSize {
+                block,
+                page: cfg.page_size,
+            })
+            .into());
+        }
+        let lay = Layout::new(&cfg, block);
+        let needed = lay.total_pages * lay.page as u64;
+        if dev.capacity_bytes() < needed {
+            return Err(StoreError::from(ImageError::TooSmall {
+                needed,
+                have: dev.capacity_bytes(),
+            })
+            .into());
+        }
+        let g = cfg.geometry();
+        let mut store = PersistentStore {
+            dev,
+            lay,
+            oob: Vec::new(),
+            dirty: vec![false; lay.oob_pages as usize],
+            dirty_list: Vec::new(),
+        };
+        let header = store.read_pages(0, 1)?;
+        let state = decode_header(&cfg, &header).map_err(StoreError::from)?;
+        let recovered = match state {
+            None => {
+                // Format: a zeroed OOB area (all pages free), then the header.
+                store.oob = vec![0; lay.oob_pages as usize * lay.page];
+                store.write_pages(lay.oob_first, &store.oob)?;
+                store.dev.flush().map_err(StoreError::from)?;
+                None
+            }
+            Some(clean) => {
+                store.oob = store.read_pages(lay.oob_first, lay.oob_pages)?;
+                Some(if clean {
+                    recover_clean(&cfg, &store)?
+                } else {
+                    recover_after_cut(&cfg, &store)?
+                })
+            }
+        };
+        // From now on the image is "in use": a crash is detected at reopen.
+        let mut hdr = vec![0u8; lay.page];
+        encode_header(&cfg, false, &mut hdr);
+        store.write_pages(0, &hdr)?;
+        store.dev.flush().map_err(StoreError::from)?;
+        let mut ssd = Ssd::with_store(cfg, Box::new(store));
+        if let Some(r) = recovered {
+            ssd.install(r, g.pages_per_block)?;
+        }
+        Ok(ssd)
+    }
+
+    /// Device blocks (of `block_size` bytes) an image for `cfg` needs.
+    pub fn image_blocks(cfg: &FtlConfig, block_size: u32) -> u64 {
+        let lay = Layout::new(cfg, block_size);
+        lay.total_pages * lay.k
+    }
+
+    fn install(&mut self, r: Recovered, ppb: u32) -> Result<(), FtlError> {
+        let epp = self.geometry().entries_per_map_page;
+        self.l2p = r.l2p;
+        self.gtd = r.gtd;
+        self.gtd_seq = r.gtd_seq;
+        self.seq = r.max_seq;
+        let f = &mut self.flash;
+        f.pool = r.pool;
+        f.wp = r.wp;
+        if let Some(e) = r.erases {
+            f.erases = e;
+        }
+        f.p2l.fill(INVALID);
+        f.valid.fill(0);
+        for (lpn, &p) in self.l2p.iter().enumerate() {
+            if p != UNMAPPED {
+                f.p2l[p as usize] = lpn as u32;
+                f.valid[(p / ppb) as usize] += 1;
+            }
+        }
+        for (mpn, &p) in self.gtd.iter().enumerate() {
+            if p != UNMAPPED {
+                f.p2l[p as usize] = mpn as u32;
+                f.valid[(p / ppb) as usize] += 1;
+            }
+        }
+        for &p in &r.trim_pages {
+            f.p2l[p as usize] = TRIM_OWNER;
+            f.valid[(p / ppb) as usize] += 1;
+        }
+        f.rebuild_free_lists();
+        let (max, sum) = f
+            .erases
+            .iter()
+            .fold((0, 0u64), |(m, s), &e| (m.max(e), s + u64::from(e)));
+        self.stats.max_erase_count = max;
+        self.stats.mean_erase_count = sum as f64 / f64::from(f.blocks());
+        self.trim_pages = r.trim_pages;
+        for m in r.stale_map_pages {
+            self.mark_map_stale(m * epp);
+        }
+        if !self.trim_pages.is_empty() || self.any_map_stale() {
+            // Write the recovered map so the trim records can go.
+            self.checkpoint(0)?;
+        }
+        Ok(())
+    }
+
+    /// Clean shutdown: flush the write buffer, write every mapping page the
+    /// flash copy of which is stale, and record a checkpoint so the next
+    /// open needs no scan. The SSD stays usable (the next write marks the
+    /// image in use again only at reopen, so call this last). Requests still
+    /// outstanding are an error: complete them first.
+    pub fn shutdown(&mut self) -> Result<(), FtlError> {
+        if !self.is_persistent() {
+            return Ok(());
+        }
+        if self.outstanding() > 0 {
+            return Err(FtlError::Busy(self.outstanding()));
+        }
+        let t = self.idle_at();
+        self.checkpoint(t)?;
+        let cfg = self.config().clone();
+        let g = cfg.geometry();
+        let Some(store) = self.persistent_store() else {
+            return Ok(());
+        };
+        let lay = store.lay;
+        let mut ck = vec![0u8; (lay.ckpt_pages as usize) * lay.page];
+        ck[..8].copy_from_slice(&self.seq.to_le_bytes());
+        ck[8..16].copy_from_slice(&g.map_pages.to_le_bytes());
+        ck[16..24].copy_from_slice(&g.total_blocks().to_le_bytes());
+        let mut at = 32;
+        for &p in &self.gtd {
+            ck[at..at + 4].copy_from_slice(&p.to_le_bytes());
+            at += 4;
+        }
+        for &s in &self.gtd_seq {
+            ck[at..at + 8].copy_from_slice(&s.to_le_bytes());
+            at += 8;
+        }
+        for &e in &self.flash.erases {
+            ck[at..at + 4].copy_from_slice(&e.to_le_bytes());
+            at += 4;
+        }
+        let crc = crc32c::crc32c(&ck[..at]);
+        ck[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+        let store = self.persistent_store().expect("checked above");
+        store.write_pages(lay.ckpt_first, &ck)?;
+        store.dev.flush().map_err(StoreError::from)?;
+        let mut hdr = vec![0u8; lay.page];
+        encode_header(&cfg, true, &mut hdr);
+        store.write_pages(0, &hdr)?;
+        store.dev.flush().map_err(StoreError::from)?;
+        Ok(())
+    }
+
+    fn persistent_store(&mut self) -> Option<&mut PersistentStore> {
+        self.store.as_any_mut()?.downcast_mut::<PersistentStore>()
+    }
+}
+
+/// Read the checkpoint and the mapping pages it names.
+fn recover_clean(cfg: &FtlConfig, s: &PersistentStore) -> Result<Recovered, FtlError> {
+    let g = cfg.geometry();
+    let lay = s.lay;
+    let ck = s.read_pages(lay.ckpt_first, lay.ckpt_pages)?;
+    let m = g.map_pages as usize;
+    let blocks = g.total_blocks() as usize;
+    let end = 32 + 12 * m + 4 * blocks;
+    if u64_at(&ck, 8) != g.map_pages
+        || u64_at(&ck, 16) != g.total_blocks()
+        || crc32c::crc32c(&ck[..end]) != u32_at(&ck, end)
+    {
+        return Err(StoreError::from(ImageError::CheckpointChecksum).into());
+    }
+    let seq = u64_at(&ck, 0);
+    let gtd: Vec<u32> = (0..m).map(|i| u32_at(&ck, 32 + 4 * i)).collect();
+    let gtd_seq: Vec<u64> = (0..m).map(|i| u64_at(&ck, 32 + 4 * m + 8 * i)).collect();
+    let erases: Vec<u32> = (0..blocks)
+        .map(|i| u32_at(&ck, 32 + 12 * m + 4 * i))
+        .collect();
+    let mut l2p = vec![UNMAPPED; g.logical_pages as usize];
+    let epp = g.entries_per_map_page as usize;
+    let mut page = vec![0u8; lay.page];
+    for (mpn, &p) in gtd.iter().enumerate() {
+        if p == UNMAPPED {
+            continue;
+        }
+        if u64::from(p) >= g.physical_pages {
+            return Err(StoreError::from(ImageError::CheckpointChecksum).into());
+        }
+        s.dev
+            .read(s.data_block(p), &mut page)
+            .map_err(StoreError::from)?;
+        for i in 0..epp {
+            let lpn = mpn * epp + i;
+            if lpn < l2p.len() {
+                let v = u32_at(&page, 4 * i);
+                l2p[lpn] = if u64::from(v) < g.physical_pages {
+                    v
+                } else {
+                    UNMAPPED
+                };
+            }
+        }
+    }
+    let (pool, wp) = blocks_from_oob(cfg, s, |ppa| s.entry(ppa));
+    Ok(Recovered {
+        l2p,
+        gtd,
+        gtd_seq,
+        pool,
+        wp,
+        erases: Some(erases),
+        trim_pages: Vec::new(),
+        max_seq: seq,
+        stale_map_pages: Vec::new(),
+    })
+}
+
+/// Pool and write pointer of each block from its pages' entries; the kind
+/// with the newest entry decides the pool.
+fn blocks_from_oob(
+    cfg: &FtlConfig,
+    _s: &PersistentStore,
+    entry: impl Fn(u32) -> Option<Entry>,
+) -> (Vec<u8>, Vec<u32>) {
+    let g = cfg.geometry();
+    let ppb = g.pages_per_block;
+    let blocks = g.total_blocks() as usize;
+    let mut pool = vec![POOL_FREE; blocks];
+    let mut wp = vec![0u32; blocks];
+    for b in 0..blocks {
+        let mut newest = 0u64;
+        for off in 0..ppb {
+            let ppa = b as u32 * ppb + off;
+            if let Some(e) = entry(ppa) {
+                wp[b] = off + 1;
+                if e.oob.seq >= newest {
+                    newest = e.oob.seq;
+                    pool[b] = if e.oob.kind == PageKind::Data {
+                        POOL_DATA
+                    } else {
+                        POOL_MAP
+                    };
+                }
+            }
+        }
+    }
+    (pool, wp)
+}
+
+/// Rebuild the map after a power cut (see the module docs).
+fn recover_after_cut(cfg: &FtlConfig, s: &PersistentStore) -> Result<Recovered, FtlError> {
+    let g = cfg.geometry();
+    let lay = s.lay;
+    let phys = g.physical_pages as u32;
+    let epp = g.entries_per_map_page as usize;
+    // Verified entries: the OOB entry is intact and matches its page's data.
+    let mut verified: Vec<Option<Entry>> = vec![None; phys as usize];
+    let mut page = vec![0u8; lay.page];
+    for ppa in 0..phys {
+        if let Some(e) = s.entry(ppa) {
+            s.dev
+                .read(s.data_block(ppa), &mut page)
+                .map_err(StoreError::from)?;
+            if crc32c::crc32c(&page) == e.data_crc {
+                verified[ppa as usize] = Some(e);
+            }
+        }
+    }
+    let (pool, wp) = blocks_from_oob(cfg, s, |ppa| verified[ppa as usize]);
+    let ppb = g.pages_per_block;
+    let in_own_pool = |ppa: u32, e: &Entry| {
+        let p = pool[(ppa / ppb) as usize];
+        (e.oob.kind == PageKind::Data) == (p == POOL_DATA)
+    };
+    let mut max_seq = 0;
+    let mut best_data: Vec<(u64, u32)> = vec![(0, UNMAPPED); g.logical_pages as usize];
+    let mut best_map: Vec<(u64, u32, u64)> = vec![(0, UNMAPPED, 0); g.map_pages as usize];
+    let mut trim_pages = Vec::new();
+    for ppa in 0..phys {
+        let Some(e) = verified[ppa as usize] else {
+            continue;
+        };
+        max_seq = max_seq.max(e.oob.seq).max(e.oob.aux);
+        if !in_own_pool(ppa, &e) {
+            continue;
+        }
+        match e.oob.kind {
+            PageKind::Data => {
+                if let Some(b) = best_data.get_mut(e.oob.id as usize) {
+                    if e.oob.seq > b.0 {
+                        *b = (e.oob.seq, ppa);
+                    }
+                }
+            }
+            PageKind::Map => {
+                if let Some(b) = best_map.get_mut(e.oob.id as usize) {
+                    if e.oob.seq > b.0 {
+                        *b = (e.oob.seq, ppa, e.oob.aux);
+                    }
+                }
+            }
+            PageKind::Trim => trim_pages.push(ppa),
+            PageKind::Free => {}
+        }
+    }
+    let data_seq = |p: u32| -> Option<u64> {
+        if p >= phys {
+            return None;
+        }
+        verified[p as usize]
+            .filter(|e| e.oob.kind == PageKind::Data)
+            .map(|e| e.oob.seq)
+    };
+    // 1. The newest copy of each mapping page, valid as of its `aux`.
+    let mut l2p = vec![UNMAPPED; g.logical_pages as usize];
+    let mut tseq = vec![0u64; g.map_pages as usize];
+    let mut stale = vec![false; g.map_pages as usize];
+    for (mpn, &(_, p, asof)) in best_map.iter().enumerate() {
+        if p == UNMAPPED {
+            continue;
+        }
+        tseq[mpn] = asof;
+        s.dev
+            .read(s.data_block(p), &mut page)
+            .map_err(StoreError::from)?;
+        for i in 0..epp {
+            let lpn = mpn * epp + i;
+            if lpn >= l2p.len() {
+                break;
+            }
+            let v = u32_at(&page, 4 * i);
+            if v == UNMAPPED {
+                continue;
+            }
+            let ok = data_seq(v).is_some_and(|sq| sq <= asof)
+                && verified[v as usize].is_some_and(|e| e.oob.id as usize == lpn);
+            if ok {
+                l2p[lpn] = v;
+            } else {
+                // Its page is gone: a later write or discard replaced it.
+                stale[mpn] = true;
+            }
+        }
+    }
+    // 2. Newer data pages override.
+    for (lpn, &(sq, p)) in best_data.iter().enumerate() {
+        if p != UNMAPPED && sq > tseq[lpn / epp] {
+            l2p[lpn] = p;
+            stale[lpn / epp] = true;
+        }
+    }
+    // 3. Newer discards override older data.
+    for &tp in &trim_pages {
+        s.dev
+            .read(s.data_block(tp), &mut page)
+            .map_err(StoreError::from)?;
+        let n = (u64_at(&page, 0) as usize).min((lay.page - 8) / 16);
+        for k in 0..n {
+            let at = 8 + 16 * k;
+            let (first, count, sq) = (
+                u32_at(&page, at),
+                u32_at(&page, at + 4),
+                u64_at(&page, at + 8),
+            );
+            for lpn in u64::from(first)..(u64::from(first) + u64::from(count)).min(g.logical_pages)
+            {
+                let lpn = lpn as usize;
+                if sq <= tseq[lpn / epp] {
+                    continue;
+                }
+                let cur = l2p[lpn];
+                if cur != UNMAPPED && data_seq(cur).is_some_and(|d| d < sq) {
+                    l2p[lpn] = UNMAPPED;
+                    stale[lpn / epp] = true;
+                }
+            }
+        }
+    }
+    let gtd = best_map.iter().map(|&(_, p, _)| p).collect();
+    let gtd_seq = best_map.iter().map(|&(_, _, a)| a).collect();
+    let stale_map_pages = stale
+        .iter()
+        .enumerate()
+        .filter(|(_, &st)| st)
+        .map(|(m, _)| m as u32)
+        .collect();
+    Ok(Recovered {
+        l2p,
+        gtd,
+        gtd_seq,
+        pool,
+        wp,
+        erases: None,
+        trim_pages,
+        max_seq,
+        stale_map_pages,
+    })
+}

@@ -1,0 +1,294 @@
+//! Power cuts on the persistent store. The rule tested: after a cut, each
+//! logical page holds either its value as of the last completed flush or a
+//! value written (or discarded: zeroes) after it. After a clean shutdown,
+//! exactly the last values.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use ptsd_blockdev::{BlockDevice, CrashDevice, MemDevice};
+use ptsd_ftl::{
+    FtlConfig, FtlError, ImageError, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd,
+    StoreError,
+};
+
+const PAGE: usize = 512;
+const LOGICAL: u64 = 320;
+
+fn cfg(scheme: SchemeConfig, scheduler: SchedulerKind) -> FtlConfig {
+    FtlConfig {
+        page_size: PAGE as u32,
+        channels: 2,
+        chips_per_channel: 2,
+        blocks_per_chip: 24,
+        pages_per_block: 8,
+        logical_bytes: Some(LOGICAL * PAGE as u64),
+        op_ratio: 0.1,
+        scheme,
+        scheduler,
+        write_buffer_pages: 4,
+        map_memory_bytes: match scheme {
+            SchemeConfig::Page => None,
+            _ => Some(3 * 4 + 2 * PAGE as u64),
+        },
+        ..FtlConfig::default()
+    }
+}
+
+fn schemes() -> Vec<(SchemeConfig, SchedulerKind)> {
+    let p = |entry_dirty| SchemeConfig::Ptsd {
+        clean_ratio: 0.5,
+        entry_dirty,
+        adaptive: false,
+    };
+    vec![
+        (SchemeConfig::Page, SchedulerKind::Fifo),
+        (SchemeConfig::Dftl, SchedulerKind::Fifo),
+        (p(false), SchedulerKind::ReadPriority),
+        (p(true), SchedulerKind::ReadPriority),
+    ]
+}
+
+fn pattern(lpn: u64, version: u64) -> Vec<u8> {
+    let mut v = vec![0u8; PAGE];
+    v[..8].copy_from_slice(&lpn.to_le_bytes());
+    v[8..16].copy_from_slice(&version.to_le_bytes());
+    v[16..].fill(version as u8 | 1);
+    v
+}
+
+fn run_one(ssd: &mut Ssd, now: &mut u64, req: Request, payload: Payload) -> Payload {
+    ssd.submit(*now, req, payload).unwrap();
+    let mut out = Vec::new();
+    while out.is_empty() {
+        let t = ssd.next_event().expect("outstanding request");
+        *now = (*now).max(t);
+        ssd.advance(t, &mut out);
+    }
+    let d = out.pop().unwrap();
+    assert!(!d.failed, "request failed: {:?}", ssd.fault());
+    d.payload
+}
+
+fn read_all(ssd: &mut Ssd, now: &mut u64) -> Vec<Vec<u8>> {
+    (0..LOGICAL)
+        .map(|lpn| {
+            let req = Request {
+                id: 0,
+                op: Op::Read,
+                lpn,
+                pages: 1,
+            };
+            match run_one(ssd, now, req, Payload::Read(vec![0xEE; PAGE])) {
+                Payload::Read(b) => b,
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Write(u64, u32),
+    Discard(u64, u32),
+    Flush,
+    Cut(u64),
+    Reopen,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let ext = (0..LOGICAL - 3, 1u32..4);
+    prop_oneof![
+        12 => ext.clone().prop_map(|(l, n)| Step::Write(l, n)),
+        2 => ext.prop_map(|(l, n)| Step::Discard(l, n)),
+        3 => Just(Step::Flush),
+        1 => any::<u64>().prop_map(Step::Cut),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+/// Apply the steps; at each cut, check the rule and carry on with what was
+/// recovered.
+fn check(scheme: SchemeConfig, scheduler: SchedulerKind, steps: &[Step]) {
+    let c = cfg(scheme, scheduler);
+    let dev = Arc::new(CrashDevice::new(PAGE as u32, Ssd::image_blocks(&c, PAGE as u32)).unwrap());
+    let mut ssd = Ssd::open_on(c.clone(), Box::new(dev.clone())).unwrap();
+    let zero = vec![0u8; PAGE];
+    // Current values, values as of the last flush, and values since.
+    let mut now_v: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut flushed: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut since: HashMap<u64, HashSet<Vec<u8>>> = HashMap::new();
+    let mut version = 0u64;
+    let mut now = 0u64;
+    let mut dev = dev;
+    for (i, s) in steps.iter().enumerate() {
+        match *s {
+            Step::Write(lpn, n) => {
+                let mut data = Vec::new();
+                for p in lpn..lpn + u64::from(n) {
+                    version += 1;
+                    let v = pattern(p, version);
+                    data.extend_from_slice(&v);
+                    since.entry(p).or_default().insert(v.clone());
+                    now_v.insert(p, v);
+                }
+                let req = Request {
+                    id: i as u64,
+                    op: Op::Write,
+                    lpn,
+                    pages: n,
+                };
+                run_one(&mut ssd, &mut now, req, Payload::Write(data));
+            }
+            Step::Discard(lpn, n) => {
+                for p in lpn..lpn + u64::from(n) {
+                    since.entry(p).or_default().insert(zero.clone());
+                    now_v.remove(&p);
+                }
+                let req = Request {
+                    id: i as u64,
+                    op: Op::Discard,
+                    lpn,
+                    pages: n,
+                };
+                run_one(&mut ssd, &mut now, req, Payload::None);
+            }
+            Step::Flush => {
+                let req = Request {
+                    id: i as u64,
+                    op: Op::Flush,
+                    lpn: 0,
+                    pages: 0,
+                };
+                run_one(&mut ssd, &mut now, req, Payload::None);
+                flushed = now_v.clone();
+                since.clear();
+            }
+            Step::Cut(seed) => {
+                dev.crash(seed);
+                drop(ssd);
+                dev = Arc::new(dev.reopen());
+                ssd = Ssd::open_on(c.clone(), Box::new(dev.clone()))
+                    .unwrap_or_else(|e| panic!("reopen after cut (seed {seed}): {e}"));
+                ssd.check_invariants().unwrap();
+                now = 0;
+                let got = read_all(&mut ssd, &mut now);
+                for (lpn, g) in got.iter().enumerate() {
+                    let lpn = lpn as u64;
+                    let before = flushed.get(&lpn).unwrap_or(&zero);
+                    let ok = g == before || since.get(&lpn).is_some_and(|s| s.contains(g));
+                    assert!(ok, "step {i}: cut (seed {seed}) left lpn {lpn} with a value it never had in the allowed window");
+                }
+                now_v = got
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, g)| *g != zero)
+                    .map(|(l, g)| (l as u64, g))
+                    .collect();
+                flushed = now_v.clone();
+                since.clear();
+            }
+            Step::Reopen => {
+                ssd.shutdown().unwrap();
+                drop(ssd);
+                ssd = Ssd::open_on(c.clone(), Box::new(dev.clone())).unwrap();
+                ssd.check_invariants().unwrap();
+                now = 0;
+                let got = read_all(&mut ssd, &mut now);
+                for (lpn, g) in got.iter().enumerate() {
+                    assert_eq!(
+                        g,
+                        now_v.get(&(lpn as u64)).unwrap_or(&zero),
+                        "step {i}: clean reopen lost lpn {lpn}"
+                    );
+                }
+                flushed = now_v.clone();
+                since.clear();
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn power_cuts_lose_nothing_flushed(steps in prop::collection::vec(step(), 1..300), pick in 0usize..4) {
+        let (scheme, sched) = schemes()[pick];
+        check(scheme, sched, &steps);
+    }
+}
+
+#[test]
+fn long_run_with_cuts_on_every_scheme() {
+    use rand::{Rng, SeedableRng};
+    for (scheme, sched) in schemes() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let steps: Vec<Step> = (0..2500)
+            .map(|_| match rng.gen_range(0..100) {
+                0..=69 => Step::Write(rng.gen_range(0..LOGICAL - 3), rng.gen_range(1..4)),
+                70..=79 => Step::Discard(rng.gen_range(0..LOGICAL - 3), rng.gen_range(1..4)),
+                80..=95 => Step::Flush,
+                96..=98 => Step::Cut(rng.gen()),
+                _ => Step::Reopen,
+            })
+            .collect();
+        check(scheme, sched, &steps);
+    }
+}
+
+#[test]
+fn bad_images_are_typed_errors() {
+    let c = cfg(SchemeConfig::Page, SchedulerKind::Fifo);
+    let blocks = Ssd::image_blocks(&c, PAGE as u32);
+    // A foreign image.
+    let dev = Arc::new(MemDevice::new(PAGE as u32, blocks).unwrap());
+    dev.write(0, &[0x5A; PAGE]).unwrap();
+    let err = Ssd::open_on(c.clone(), Box::new(dev)).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            FtlError::Store(StoreError::Image(ImageError::NotAnImage))
+        ),
+        "{err}"
+    );
+    // A corrupt header.
+    let dev = Arc::new(MemDevice::new(PAGE as u32, blocks).unwrap());
+    drop(Ssd::open_on(c.clone(), Box::new(dev.clone())).unwrap());
+    let mut h = vec![0u8; PAGE];
+    dev.read(0, &mut h).unwrap();
+    h[13] ^= 1;
+    dev.write(0, &h).unwrap();
+    let err = Ssd::open_on(c.clone(), Box::new(dev)).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            FtlError::Store(StoreError::Image(ImageError::HeaderChecksum))
+        ),
+        "{err}"
+    );
+    // Another geometry.
+    let dev = Arc::new(MemDevice::new(PAGE as u32, blocks * 2).unwrap());
+    drop(Ssd::open_on(c.clone(), Box::new(dev.clone())).unwrap());
+    let mut other = c.clone();
+    other.blocks_per_chip += 1;
+    let err = Ssd::open_on(other, Box::new(dev)).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            FtlError::Store(StoreError::Image(ImageError::Geometry { .. }))
+        ),
+        "{err}"
+    );
+    // Too small a device.
+    let dev = Arc::new(MemDevice::new(PAGE as u32, blocks - 1).unwrap());
+    let err = Ssd::open_on(c, Box::new(dev)).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            FtlError::Store(StoreError::Image(ImageError::TooSmall { .. }))
+        ),
+        "{err}"
+    );
+}
