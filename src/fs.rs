@@ -10,8 +10,10 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use ptsd_blockdev::{BlockDevice, FileDevice};
+use ptsd_fs::format::{Superblock, STATE_DIRTY};
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
-use ptsd_fs::{mkfs, DirectStore, FileSystem, MkfsOptions, Store};
+use ptsd_fs::{mkfs, DirectStore, FileSystem, JournalStore, MkfsOptions, Store};
+use ptsd_nvjournal::{Journal, JournalConfig, PmemRegion, RegionMode};
 
 /// Size of the embedded default device image.
 const DEFAULT_IMAGE_BYTES: u64 = 8 << 30;
@@ -160,11 +162,20 @@ fn hex(b: &[u8]) -> String {
 
 pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
     let dev = open_device(&a.device)?;
-    if let Some(j) = a.journal.as_ref().filter(|j| j.exists()) {
-        bail!(
-            "replaying journal {} is not available in this build",
-            j.display()
-        );
+    let sb = read_superblock(&dev)?;
+    if sb.state == STATE_DIRTY {
+        let jpath = a
+            .journal
+            .clone()
+            .unwrap_or_else(|| default_journal_path(&sb, &default_data_dir()));
+        if jpath.exists() {
+            // Replay what was committed, then check the device alone.
+            let store = open_journaled(dev.clone(), &sb, &jpath, 0, 1)?;
+            store.close()?;
+            println!("ptsd fsck: replayed journal {}", jpath.display());
+        } else {
+            println!("ptsd fsck: not cleanly unmounted and no journal at {}: checking the device as it is", jpath.display());
+        }
     }
     let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev)?);
     let report = ptsd_fs::fsck::check(store.clone(), a.repair)?;
@@ -176,6 +187,81 @@ pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
         std::process::exit(4);
     }
     Ok(())
+}
+
+fn read_superblock(dev: &Arc<dyn BlockDevice>) -> Result<Superblock> {
+    let mut b = vec![0u8; 4096];
+    dev.read(0, &mut b).context("reading the superblock")?;
+    Ok(Superblock::decode(&b, dev.num_blocks())?)
+}
+
+/// Where a file system's journal lives unless `--journal` says otherwise:
+/// /dev/shm when present (RAM, like the paper's NVM emulation), else the
+/// data directory. Named by the file system's uuid, so a journal never
+/// meets a file system it does not belong to.
+fn default_journal_path(sb: &Superblock, data_dir: &Path) -> PathBuf {
+    let name = format!("ptsd-{}.journal", hex(&sb.uuid));
+    if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm").join(name)
+    } else {
+        data_dir.join(name)
+    }
+}
+
+/// Open the journal for `dev` (recovering it if the file system was not
+/// unmounted cleanly, else starting a fresh one) and wrap it as the store.
+fn open_journaled(
+    dev: Arc<dyn BlockDevice>,
+    sb: &Superblock,
+    path: &Path,
+    size: u64,
+    partitions: u32,
+) -> Result<Arc<dyn Store>> {
+    let cfg = JournalConfig::partitioned(partitions.max(1));
+    let (journal, how) = if sb.state == STATE_DIRTY {
+        if !path.exists() {
+            bail!(
+                "the file system was not unmounted cleanly and its journal {} is missing (a RAM journal does not survive a reboot); run `ptsd fsck --repair` on the device",
+                path.display()
+            );
+        }
+        let len = std::fs::metadata(path)?.len();
+        let region = PmemRegion::open_file(path, len)
+            .with_context(|| format!("mapping journal {}", path.display()))?;
+        let (j, report) = Journal::open(region, dev.clone(), cfg)
+            .with_context(|| format!("recovering journal {}", path.display()))?;
+        (
+            j,
+            format!("recovered, {} blocks replayed", report.replayed_blocks),
+        )
+    } else {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).ok();
+        }
+        let size = size.max(8 << 20) / 4096 * 4096;
+        let region = PmemRegion::open_file(path, size)
+            .with_context(|| format!("mapping journal {}", path.display()))?;
+        (
+            Journal::create(region, dev.clone(), cfg)
+                .with_context(|| format!("creating journal {}", path.display()))?,
+            "new".to_string(),
+        )
+    };
+    let mode = journal.mode();
+    let durable = match mode {
+        RegionMode::Dax => "power-loss safe (persistent memory, MAP_SYNC + cache-line flushes)",
+        RegionMode::Msync => "power-loss safe (mmap + msync at each commit)",
+        RegionMode::Tmpfs => {
+            "process-crash safe only (RAM file: survives kill -9, not a power cut)"
+        }
+        RegionMode::Simulated => "simulated",
+    };
+    let what = format!(
+        "journal {} [{mode}, {} partitions, {how}]: {durable}; fsync = journal commit",
+        path.display(),
+        journal.geometry().partitions
+    );
+    Ok(Arc::new(JournalStore::new(journal, dev, what)))
 }
 
 fn default_data_dir() -> PathBuf {
@@ -240,7 +326,13 @@ fn prepare(a: &MountArgs) -> Result<Prepared> {
             }
         }
     };
-    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev)?);
+    let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
+    let sb = read_superblock(&dev).map_err(|e| anyhow!("cannot mount {device_desc}: {e}"))?;
+    let jpath = a
+        .journal
+        .clone()
+        .unwrap_or_else(|| default_journal_path(&sb, &data));
+    let store = open_journaled(dev, &sb, &jpath, a.journal_size, a.journal_partitions)?;
     let fs = FileSystem::mount(store).map_err(|e| anyhow!("cannot mount {}: {e}", device_desc))?;
     Ok(Prepared {
         fs: Arc::new(fs),

@@ -505,6 +505,19 @@ fn default_mount_creates_its_own_device_and_mount_helper_works() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("durability:"), "{text}");
+    // The journal the defaults chose (removed at the end: it may be in /dev/shm).
+    let journal = text
+        .split_once("durability: journal ")
+        .and_then(|(_, t)| t.split(" [").next())
+        .map(PathBuf::from)
+        .expect("journal path in the mount message");
+    struct RemoveOnDrop(PathBuf);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _journal = RemoveOnDrop(journal);
     assert!(is_fuse_mounted(&dir));
     std::fs::write(dir.join("hello"), b"world").unwrap();
     let pidf = pid_file(&dir);
@@ -556,4 +569,68 @@ fn default_mount_creates_its_own_device_and_mount_helper_works() {
     }
     assert!(st.success() && mounted, "mount -t fuse.ptsd failed");
     assert_eq!(content.as_deref(), Some(&b"world"[..]));
+}
+/// One seeded round: an fsync-heavy writer against the mount, SIGKILL of
+/// the daemon at a random moment, remount, verify.
+fn kill9_round(seed: u64) {
+    use rand::{Rng, SeedableRng};
+    let mut m = Mounted::new("256M");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for round in 0..3 {
+        let state = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+            String,
+            (Vec<u8>, Vec<Vec<u8>>),
+        >::new()));
+        let dir = m.dir.clone();
+        let st = state.clone();
+        let wseed = rng.gen::<u64>();
+        let writer = std::thread::spawn(move || {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(wseed);
+            for op in 0..100_000u64 {
+                let name = format!("r{round}-f{}", rng.gen_range(0..20));
+                let len = rng.gen_range(0..40_000);
+                let body: Vec<u8> = (0..len).map(|i| (i as u64 ^ op ^ wseed) as u8).collect();
+                // Record the attempt first: after a crash the file may hold
+                // any prefix of an attempted, unsynced version.
+                st.lock()
+                    .unwrap()
+                    .entry(name.clone())
+                    .or_insert_with(|| (Vec::new(), Vec::new()))
+                    .1
+                    .push(body.clone());
+                let r = (|| -> std::io::Result<()> {
+                    let mut f = std::fs::File::create(dir.join(&name))?;
+                    f.write_all(&body)?;
+                    f.sync_all()
+                })();
+                if r.is_err() {
+                    return;
+                }
+                let mut g = st.lock().unwrap();
+                let e = g.get_mut(&name).unwrap();
+                e.0 = body;
+                e.1.clear();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(rng.gen_range(50..600)));
+        m.kill9();
+        writer.join().unwrap();
+        m.mount();
+        let state = state.lock().unwrap();
+        for (name, (synced, attempts)) in state.iter() {
+            let got = std::fs::read(m.p(name)).unwrap_or_default();
+            let ok = got == *synced || attempts.iter().any(|a| a.starts_with(&got));
+            assert!(ok, "seed {seed} round {round}: {name} holds {} bytes, neither its fsync'd {} bytes nor a prefix of a later write", got.len(), synced.len());
+        }
+    }
+    m.umount();
+    m.fsck();
+}
+
+#[test]
+fn kill9_during_fsync_workload_then_recover() {
+    require_fuse!();
+    for seed in [11u64, 12] {
+        kill9_round(seed);
+    }
 }

@@ -32,7 +32,7 @@ pub enum StoreError {
     Device(#[from] ptsd_blockdev::BlockError),
     /// The journal failed.
     #[error("journal: {0}")]
-    Journal(String),
+    Journal(#[from] ptsd_nvjournal::JournalError),
 }
 
 /// Errors of mkfs, mount (opening a file system) and fsck.

@@ -39,4 +39,4 @@ pub use filesystem::{
     mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, SetAttr, SetTime, StatFs,
     RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
-pub use store::{DirectStore, Store, StoreTxn};
+pub use store::{DirectStore, JournalStore, Store, StoreTxn};
