@@ -53,6 +53,10 @@ pub struct MountArgs {
     /// Journal partitions.
     #[arg(long, default_value_t = 4)]
     pub journal_partitions: u32,
+    /// Seconds between background checkpoints (0: only when the journal
+    /// fills, at fsck/unmount, or under memory pressure of the rings).
+    #[arg(long, default_value_t = 5.0)]
+    pub checkpoint_interval: f64,
     /// Journal size (e.g. 256M).
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     pub journal_size: u64,
@@ -170,7 +174,7 @@ pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
             .unwrap_or_else(|| default_journal_path(&sb, &default_data_dir()));
         if jpath.exists() {
             // Replay what was committed, then check the device alone.
-            let store = open_journaled(dev.clone(), &sb, &jpath, 0, 1)?;
+            let store = open_journaled(dev.clone(), &sb, &jpath, 0, 1, 0.0)?;
             store.close()?;
             println!("ptsd fsck: replayed journal {}", jpath.display());
         } else {
@@ -216,8 +220,13 @@ fn open_journaled(
     path: &Path,
     size: u64,
     partitions: u32,
+    checkpoint_secs: f64,
 ) -> Result<Arc<dyn Store>> {
-    let cfg = JournalConfig::partitioned(partitions.max(1));
+    let cfg = JournalConfig {
+        checkpoint_interval: (checkpoint_secs > 0.0)
+            .then(|| std::time::Duration::from_secs_f64(checkpoint_secs)),
+        ..JournalConfig::partitioned(partitions.max(1))
+    };
     let (journal, how) = if sb.state == STATE_DIRTY {
         if !path.exists() {
             bail!(
@@ -332,7 +341,14 @@ fn prepare(a: &MountArgs) -> Result<Prepared> {
         .journal
         .clone()
         .unwrap_or_else(|| default_journal_path(&sb, &data));
-    let store = open_journaled(dev, &sb, &jpath, a.journal_size, a.journal_partitions)?;
+    let store = open_journaled(
+        dev,
+        &sb,
+        &jpath,
+        a.journal_size,
+        a.journal_partitions,
+        a.checkpoint_interval,
+    )?;
     let fs = FileSystem::mount(store).map_err(|e| anyhow!("cannot mount {}: {e}", device_desc))?;
     Ok(Prepared {
         fs: Arc::new(fs),
@@ -587,6 +603,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         journal: None,
         journal_partitions: 4,
         journal_size: 256 << 20,
+        checkpoint_interval: 5.0,
         data_dir: None,
         allow_other: false,
         threads: None,
