@@ -13,10 +13,11 @@ use ptsd_blockdev::{BlockDevice, FileDevice};
 use ptsd_fs::format::{Superblock, STATE_DIRTY};
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
 use ptsd_fs::{mkfs, DirectStore, FileSystem, JournalStore, MkfsOptions, Store};
+use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
 use ptsd_nvjournal::{Journal, JournalConfig, PmemRegion, RegionMode};
 
-/// Size of the embedded default device image.
-const DEFAULT_IMAGE_BYTES: u64 = 8 << 30;
+/// Logical size of the embedded default device (the emulated SSD).
+const DEFAULT_IMAGE_BYTES: u64 = 4 << 30;
 
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
@@ -30,8 +31,12 @@ pub struct MkfsArgs {
 
 #[derive(Args, Debug)]
 pub struct FsckArgs {
-    /// Image file or block device to check (unmounted).
-    pub device: PathBuf,
+    /// Image file or block device to check (unmounted). Default: the
+    /// embedded emulated SSD of the data directory.
+    pub device: Option<PathBuf>,
+    /// Data directory of the default device (as for `ptsd mount`).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
     /// Journal to replay first (the one the file system was mounted with).
     #[arg(long)]
     pub journal: Option<PathBuf>,
@@ -165,13 +170,35 @@ fn hex(b: &[u8]) -> String {
 }
 
 pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
-    let dev = open_device(&a.device)?;
+    let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
+    let mut ssd = None;
+    let dev = match &a.device {
+        Some(p) => open_device(p)?,
+        None => {
+            let s = Arc::new(open_default_ssd(&data)?.0);
+            ssd = Some(s.clone());
+            s as Arc<dyn BlockDevice>
+        }
+    };
+    let res = fsck_on(a, dev, &data);
+    if let Some(s) = ssd {
+        s.with_ssd(|x| x.shutdown())?;
+    }
+    if !res? {
+        // fsck(8) convention: 4 = errors left uncorrected.
+        std::process::exit(4);
+    }
+    Ok(())
+}
+
+/// Returns whether the file system is (now) clean.
+fn fsck_on(a: &FsckArgs, dev: Arc<dyn BlockDevice>, data: &Path) -> Result<bool> {
     let sb = read_superblock(&dev)?;
     if sb.state == STATE_DIRTY {
         let jpath = a
             .journal
             .clone()
-            .unwrap_or_else(|| default_journal_path(&sb, &default_data_dir()));
+            .unwrap_or_else(|| default_journal_path(&sb, data));
         if jpath.exists() {
             // Replay what was committed, then check the device alone.
             let store = open_journaled(dev.clone(), &sb, &jpath, 0, 1, 0.0)?;
@@ -187,10 +214,22 @@ pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
         println!("{p}");
     }
     println!("{}", report.summary());
-    if !report.problems.is_empty() && !a.repair {
-        std::process::exit(4);
-    }
-    Ok(())
+    Ok(report.problems.is_empty() || a.repair)
+}
+
+/// The embedded default device: the emulated SSD (PTSD mapping) whose
+/// persistent image is `ssd.img` in the data directory. Returns it, the
+/// image path, and whether the image is new.
+fn open_default_ssd(data: &Path) -> Result<(SsdDevice, PathBuf, bool)> {
+    let img = data.join("ssd.img");
+    let fresh = std::fs::metadata(&img)
+        .map(|m| m.len() == 0)
+        .unwrap_or(true);
+    let mut cfg = FtlConfig::paper(Variant::WriteOpt, DEFAULT_IMAGE_BYTES);
+    cfg.store = StoreKind::File { path: img.clone() };
+    let ssd =
+        Ssd::open(cfg).with_context(|| format!("opening the emulated SSD {}", img.display()))?;
+    Ok((SsdDevice::virtual_time(ssd), img, fresh))
 }
 
 fn read_superblock(dev: &Arc<dyn BlockDevice>) -> Result<Superblock> {
@@ -307,32 +346,35 @@ fn pid_file(dir: &Path) -> PathBuf {
 struct Prepared {
     fs: Arc<FileSystem>,
     device: String,
+    /// The embedded emulated SSD, shut down cleanly after the unmount.
+    ssd: Option<Arc<SsdDevice>>,
+    /// The journal file (removed after a clean unmount: nothing in it is
+    /// needed any more, and in /dev/shm it holds RAM).
+    journal: PathBuf,
 }
 
 fn prepare(a: &MountArgs) -> Result<Prepared> {
+    let mut ssd = None;
     let (dev, device_desc): (Arc<dyn BlockDevice>, String) = match &a.device {
         Some(p) => (open_device(p)?, p.display().to_string()),
         None => {
+            // The embedded default: the emulated SSD (PTSD mapping) with a
+            // persistent image in the data directory.
             let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("creating data directory {}", data.display()))?;
-            let img = data.join("fs.img");
-            if img.exists() {
-                (
-                    open_device(&img)?,
-                    format!("{} (embedded default device)", img.display()),
-                )
-            } else {
-                let dev: Arc<dyn BlockDevice> = Arc::new(
-                    FileDevice::create(&img, 4096, DEFAULT_IMAGE_BYTES / 4096)
-                        .with_context(|| format!("creating {}", img.display()))?,
-                );
+            let (s, img, fresh) = open_default_ssd(&data)?;
+            let s = Arc::new(s);
+            let dev: Arc<dyn BlockDevice> = s.clone();
+            if fresh {
                 mkfs(&DirectStore::new(dev.clone())?, &MkfsOptions::default())?;
-                (
-                    dev,
-                    format!("{} (embedded default device, new)", img.display()),
-                )
             }
+            ssd = Some(s);
+            let how = if fresh { ", new" } else { "" };
+            (
+                dev,
+                format!("{} (emulated SSD, PTSD FTL{how})", img.display()),
+            )
         }
     };
     let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
@@ -353,6 +395,8 @@ fn prepare(a: &MountArgs) -> Result<Prepared> {
     Ok(Prepared {
         fs: Arc::new(fs),
         device: device_desc,
+        ssd,
+        journal: jpath,
     })
 }
 
@@ -521,6 +565,17 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         None => println!("{line}"),
     }
     let res = session.run();
+    if let Err(e) = p.fs.close() {
+        tracing::error!("clean unmount failed: {e}");
+    }
+    if p.fs.is_clean() {
+        let _ = std::fs::remove_file(&p.journal);
+    }
+    if let Some(ssd) = &p.ssd {
+        if let Err(e) = ssd.with_ssd(|s| s.shutdown()) {
+            tracing::error!("emulated SSD shutdown failed: {e}");
+        }
+    }
     drop(p);
     let _ = std::fs::remove_file(&pidf);
     res.context("FUSE session")

@@ -525,8 +525,13 @@ fn default_mount_creates_its_own_device_and_mount_helper_works() {
     // Plain umount(8) works too; the daemon then finishes on its own.
     assert!(Command::new("umount").arg(&dir).status().unwrap().success());
     wait_gone(&pidf);
-    let img = tmp.path().join("data/fs.img");
-    let out = Command::new(PTSD).arg("fsck").arg(&img).output().unwrap();
+    let data = tmp.path().join("data");
+    let out = Command::new(PTSD)
+        .arg("fsck")
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("clean"),
         "{}",
@@ -553,9 +558,10 @@ fn default_mount_creates_its_own_device_and_mount_helper_works() {
         return;
     }
     let st = Command::new("mount")
-        .args(["-t", "fuse.ptsd"])
-        .arg(&img)
+        .args(["-t", "fuse.ptsd", "ptsd"])
         .arg(&dir)
+        .arg("-o")
+        .arg(format!("data_dir={}", data.display()))
         .status()
         .unwrap();
     let mounted = is_fuse_mounted(&dir);

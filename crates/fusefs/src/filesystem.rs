@@ -168,6 +168,7 @@ pub struct FileSystem {
     failed: AtomicBool,
     rename_lock: Mutex<()>,
     closed: AtomicBool,
+    clean: AtomicBool,
     /// Orphans freed while mounting (open-unlinked files of a crashed run).
     pub orphans_freed: u64,
 }
@@ -383,6 +384,7 @@ impl FileSystem {
             failed: AtomicBool::new(false),
             rename_lock: Mutex::new(()),
             closed: AtomicBool::new(false),
+            clean: AtomicBool::new(false),
             orphans_freed: 0,
         };
         for (what, ino) in [
@@ -428,8 +430,15 @@ impl FileSystem {
             let mut sb = self.sb.lock();
             sb.state = STATE_CLEAN;
             self.store.write_super(&sb.encode())?;
+            self.clean.store(true, Ordering::SeqCst);
         }
         Ok(())
+    }
+
+    /// True once [`close`](Self::close) has checkpointed everything and
+    /// marked the superblock clean.
+    pub fn is_clean(&self) -> bool {
+        self.clean.load(Ordering::SeqCst)
     }
 
     /// The superblock as mounted.
