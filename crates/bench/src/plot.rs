@@ -70,14 +70,22 @@ fn draw_panel(
     let mut x_min = f64::INFINITY;
     let mut x_max = 0.0f64;
     for c in curves {
+        // The whole-distribution panel starts at p0.1: a handful of reads
+        // served from DRAM in a microsecond would otherwise stretch the
+        // axis over decades nobody looks at.
         let first = c
             .points
             .iter()
-            .position(|p| p.quantile >= from_q)
+            .position(|p| p.quantile >= from_q.max(0.001))
             .unwrap_or(c.points.len());
-        // Start at the point before the cut, so the curve enters the panel
-        // at its bottom edge.
-        for p in &c.points[first.saturating_sub(1)..] {
+        // In the zoom, start at the point before the cut, so the curve
+        // enters the panel at its bottom edge.
+        let start = if from_q > 0.0 {
+            first.saturating_sub(1)
+        } else {
+            first
+        };
+        for p in &c.points[start..] {
             x_min = x_min.min(p.latency_us);
             x_max = x_max.max(p.latency_us);
         }
