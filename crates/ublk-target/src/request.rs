@@ -1,0 +1,238 @@
+//! Requests as the kernel hands them in, decoded and checked.
+//!
+//! The kernel describes each request with a `ublksrv_io_desc`: an operation
+//! byte plus flags, a start sector and a sector count (512-byte sectors,
+//! whatever the logical block size). [`RawDesc`] mirrors the fields we use;
+//! [`decode`] turns one into an [`IoCmd`] in device blocks or says precisely
+//! why it cannot be served. Nothing here panics on bad input.
+
+use thiserror::Error;
+
+/// ublk operation codes (`UBLK_IO_OP_*` in `linux/ublk_cmd.h`).
+pub mod op {
+    pub const READ: u8 = 0;
+    pub const WRITE: u8 = 1;
+    pub const FLUSH: u8 = 2;
+    pub const DISCARD: u8 = 3;
+    pub const WRITE_SAME: u8 = 4;
+    pub const WRITE_ZEROES: u8 = 5;
+}
+
+/// Bytes per kernel sector: `start_sector` and `nr_sectors` count these.
+pub const SECTOR: u64 = 512;
+
+/// The fields of the kernel's `ublksrv_io_desc` that the target reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawDesc {
+    /// Operation in the low 8 bits, `UBLK_IO_F_*` flags above.
+    pub op_flags: u32,
+    /// Length in 512-byte sectors (0 for FLUSH).
+    pub nr_sectors: u32,
+    /// First 512-byte sector (meaningless, often `u64::MAX`, for FLUSH).
+    pub start_sector: u64,
+}
+
+impl RawDesc {
+    /// A descriptor for `op` covering `[start_sector, start_sector + nr_sectors)`.
+    pub fn new(op: u8, start_sector: u64, nr_sectors: u32) -> Self {
+        RawDesc {
+            op_flags: u32::from(op),
+            nr_sectors,
+            start_sector,
+        }
+    }
+
+    /// The operation byte.
+    pub fn op(&self) -> u8 {
+        (self.op_flags & 0xff) as u8
+    }
+}
+
+/// What a decoded request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum IoOp {
+    Read,
+    Write,
+    Flush,
+    Discard,
+    WriteZeroes,
+}
+
+impl IoOp {
+    /// Every operation, in the order stats list them.
+    pub const ALL: [IoOp; 5] = [
+        IoOp::Read,
+        IoOp::Write,
+        IoOp::Flush,
+        IoOp::Discard,
+        IoOp::WriteZeroes,
+    ];
+
+    /// Lower-case name used in stats output.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoOp::Read => "read",
+            IoOp::Write => "write",
+            IoOp::Flush => "flush",
+            IoOp::Discard => "discard",
+            IoOp::WriteZeroes => "write_zeroes",
+        }
+    }
+
+    /// Whether the request moves data through the tag's buffer.
+    pub fn has_data(self) -> bool {
+        matches!(self, IoOp::Read | IoOp::Write)
+    }
+
+    /// Whether the request changes device contents.
+    pub fn modifies(self) -> bool {
+        matches!(self, IoOp::Write | IoOp::Discard | IoOp::WriteZeroes)
+    }
+}
+
+/// A checked request in device blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoCmd {
+    pub op: IoOp,
+    /// First device block (0 for FLUSH).
+    pub block: u64,
+    /// Number of device blocks (0 for FLUSH).
+    pub blocks: u64,
+}
+
+impl IoCmd {
+    /// Whether two requests touch a common block (FLUSH touches none).
+    pub fn overlaps(&self, other: &IoCmd) -> bool {
+        self.blocks > 0
+            && other.blocks > 0
+            && self.block < other.block.saturating_add(other.blocks)
+            && other.block < self.block.saturating_add(self.blocks)
+    }
+}
+
+/// The shape of the device requests are checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes per device block (a power of two, ≥ 512).
+    pub block_size: u32,
+    /// Device size in blocks.
+    pub num_blocks: u64,
+    /// Size of each tag's data buffer: the most a READ or WRITE may move.
+    pub max_io_bytes: u32,
+}
+
+/// Why a request cannot be served. Each maps to the errno the kernel gets.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RequestError {
+    #[error("unsupported ublk operation {0}")]
+    UnsupportedOp(u8),
+    #[error("empty {0:?} request")]
+    Empty(IoOp),
+    #[error("{op:?} at sector {sector} (+{sectors}) is not aligned to the {block_size}-byte block")]
+    Misaligned {
+        op: IoOp,
+        sector: u64,
+        sectors: u32,
+        block_size: u32,
+    },
+    #[error("{op:?} of blocks {block}..+{blocks} is past the end of the {num_blocks}-block device")]
+    OutOfRange {
+        op: IoOp,
+        block: u64,
+        blocks: u64,
+        num_blocks: u64,
+    },
+    #[error("{op:?} of {bytes} bytes exceeds the {max} byte I/O buffer")]
+    TooLarge { op: IoOp, bytes: u64, max: u32 },
+    #[error("device error: {0}")]
+    Device(String),
+    #[error("the target is shutting down")]
+    ShuttingDown,
+}
+
+impl RequestError {
+    /// The negative errno the request completes with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            RequestError::UnsupportedOp(_) => -libc::EOPNOTSUPP,
+            RequestError::Empty(_)
+            | RequestError::Misaligned { .. }
+            | RequestError::TooLarge { .. } => -libc::EINVAL,
+            RequestError::OutOfRange { .. } | RequestError::Device(_) => -libc::EIO,
+            RequestError::ShuttingDown => -libc::EIO,
+        }
+    }
+}
+
+/// Check `raw` against `geo` and convert it to device blocks.
+///
+/// The operation is looked at first: a FLUSH carries no data and its start
+/// sector is garbage (the kernel sends `u64::MAX`), so it must never reach a
+/// bounds check.
+///
+/// ```
+/// use ptsd_ublk::request::{decode, op, Geometry, IoOp, RawDesc};
+/// let geo = Geometry { block_size: 4096, num_blocks: 256, max_io_bytes: 1 << 19 };
+/// let flush = decode(&RawDesc::new(op::FLUSH, u64::MAX, 0), &geo).unwrap();
+/// assert_eq!(flush.op, IoOp::Flush);
+/// let read = decode(&RawDesc::new(op::READ, 16, 8), &geo).unwrap();
+/// assert_eq!((read.block, read.blocks), (2, 1));
+/// assert!(decode(&RawDesc::new(op::READ, 2048, 8), &geo).is_err()); // past the end
+/// ```
+pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, RequestError> {
+    let io_op = match raw.op() {
+        op::FLUSH => {
+            return Ok(IoCmd {
+                op: IoOp::Flush,
+                block: 0,
+                blocks: 0,
+            })
+        }
+        op::READ => IoOp::Read,
+        op::WRITE => IoOp::Write,
+        op::DISCARD => IoOp::Discard,
+        op::WRITE_ZEROES => IoOp::WriteZeroes,
+        other => return Err(RequestError::UnsupportedOp(other)),
+    };
+    if raw.nr_sectors == 0 {
+        return Err(RequestError::Empty(io_op));
+    }
+    let sectors_per_block = u64::from(geo.block_size.max(512)) / SECTOR;
+    if raw.start_sector % sectors_per_block != 0 || u64::from(raw.nr_sectors) % sectors_per_block != 0
+    {
+        return Err(RequestError::Misaligned {
+            op: io_op,
+            sector: raw.start_sector,
+            sectors: raw.nr_sectors,
+            block_size: geo.block_size,
+        });
+    }
+    let block = raw.start_sector / sectors_per_block;
+    let blocks = u64::from(raw.nr_sectors) / sectors_per_block;
+    match block.checked_add(blocks) {
+        Some(end) if end <= geo.num_blocks => {}
+        _ => {
+            return Err(RequestError::OutOfRange {
+                op: io_op,
+                block,
+                blocks,
+                num_blocks: geo.num_blocks,
+            })
+        }
+    }
+    if io_op.has_data() {
+        let bytes = u64::from(raw.nr_sectors) * SECTOR;
+        if bytes > u64::from(geo.max_io_bytes) {
+            return Err(RequestError::TooLarge {
+                op: io_op,
+                bytes,
+                max: geo.max_io_bytes,
+            });
+        }
+    }
+    Ok(IoCmd {
+        op: io_op,
+        block,
+        blocks,
+    })
+}

@@ -1,0 +1,127 @@
+//! Target-side latency histograms, one per operation.
+//!
+//! A request's latency is measured from the moment its queue thread picks
+//! it up to the moment the queue thread completes it: everything the target
+//! adds (hand-off, scheduling, device, modelled NAND time), none of the
+//! kernel's own path.
+
+use crate::request::IoOp;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Latency histograms and error counts per operation.
+///
+/// ```
+/// use ptsd_ublk::request::IoOp;
+/// use ptsd_ublk::stats::OpStats;
+/// let mut s = OpStats::new();
+/// s.record(IoOp::Read, 20_000, true);
+/// s.record(IoOp::Read, 40_000, false);
+/// let r = s.report();
+/// assert_eq!(r.ops["read"].count, 2);
+/// assert_eq!(r.ops["read"].errors, 1);
+/// ```
+#[derive(Clone)]
+pub struct OpStats {
+    hist: [Histogram<u64>; 5],
+    errors: [u64; 5],
+}
+
+fn op_index(op: IoOp) -> usize {
+    match op {
+        IoOp::Read => 0,
+        IoOp::Write => 1,
+        IoOp::Flush => 2,
+        IoOp::Discard => 3,
+        IoOp::WriteZeroes => 4,
+    }
+}
+
+fn new_hist() -> Histogram<u64> {
+    // 1 ns .. 100 s at 3 significant digits: a few tens of KiB each.
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("static histogram bounds are valid")
+}
+
+impl Default for OpStats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpStats {
+    pub fn new() -> Self {
+        OpStats {
+            hist: std::array::from_fn(|_| new_hist()),
+            errors: [0; 5],
+        }
+    }
+
+    /// Record one request's latency; `ok` is false if it completed with an
+    /// error.
+    pub fn record(&mut self, op: IoOp, latency_ns: u64, ok: bool) {
+        let i = op_index(op);
+        self.hist[i].saturating_record(latency_ns.max(1));
+        if !ok {
+            self.errors[i] += 1;
+        }
+    }
+
+    /// Add another set of histograms into this one.
+    pub fn merge(&mut self, other: &OpStats) {
+        for i in 0..5 {
+            // Same bounds on both sides, so adding cannot fail.
+            let _ = self.hist[i].add(&other.hist[i]);
+            self.errors[i] += other.errors[i];
+        }
+    }
+
+    /// Requests recorded, all operations together.
+    pub fn total(&self) -> u64 {
+        self.hist.iter().map(|h| h.len()).sum()
+    }
+
+    /// Summary per operation (operations never seen are left out).
+    pub fn report(&self) -> StatsReport {
+        let mut ops = BTreeMap::new();
+        for op in IoOp::ALL {
+            let h = &self.hist[op_index(op)];
+            if h.is_empty() {
+                continue;
+            }
+            ops.insert(
+                op.name().to_string(),
+                OpSummary {
+                    count: h.len(),
+                    errors: self.errors[op_index(op)],
+                    mean_ns: h.mean() as u64,
+                    p50_ns: h.value_at_quantile(0.50),
+                    p90_ns: h.value_at_quantile(0.90),
+                    p99_ns: h.value_at_quantile(0.99),
+                    p999_ns: h.value_at_quantile(0.999),
+                    max_ns: h.max(),
+                },
+            );
+        }
+        StatsReport { ops }
+    }
+}
+
+/// Latency summary of one operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpSummary {
+    pub count: u64,
+    pub errors: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+}
+
+/// What `ptsd ublk stats N` prints: a summary per operation name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsReport {
+    pub ops: BTreeMap<String, OpSummary>,
+}
