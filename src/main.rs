@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod fs;
 mod sim;
+mod ublk;
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +35,11 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Simulate the emulated SSD (workloads, traces, the PTSD paper's experiment).
     Sim(sim::SimArgs),
+    /// Serve a device as /dev/ublkbN through the kernel's ublk driver.
+    Ublk {
+        #[command(subcommand)]
+        cmd: ublk::UblkCmd,
+    },
 }
 
 fn main() -> Result<()> {
@@ -53,6 +59,7 @@ fn main() -> Result<()> {
         Command::Umount(a) => fs::umount_cmd(&a)?,
         Command::Bench(args) => bench::run(args)?,
         Command::Sim(args) => sim::run(args)?,
+        Command::Ublk { cmd } => ublk::run(cmd)?,
     }
     Ok(())
 }

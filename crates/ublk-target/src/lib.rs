@@ -54,3 +54,7 @@ pub use backend::{Backend, DirectBackend};
 pub use engine::{serve, Clock, Engine, EngineConfig, QueueIo, QueueSide, Shared};
 pub use handoff::LockMode;
 pub use sched::SchedKind;
+pub mod spec;
+
+#[cfg(feature = "kernel")]
+pub mod kernel;

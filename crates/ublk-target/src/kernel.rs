@@ -1,0 +1,522 @@
+//! The kernel side: a libublk device whose queue threads run
+//! [`crate::engine::serve`] over the real ublk queue.
+//!
+//! Everything libublk-specific lives here; the request path itself never
+//! sees a libublk type.
+
+use crate::backend::{Backend, IoBufPtr};
+use crate::engine::{serve, Clock, Engine, EngineConfig, Incoming, QueueDown, QueueIo, QueueSide, Shared, Waker};
+use crate::request::RawDesc;
+use crate::spec::DeviceSpec;
+use crate::stats::{OpStats, StatsReport};
+use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
+use libublk::helpers::IoBuf;
+use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
+use libublk::{BufDesc, UblkFlags, UblkIORes};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The ublk control node; its absence means no driver.
+pub const CONTROL_PATH: &str = "/dev/ublk-control";
+
+/// Where the daemon keeps its pid and stats files.
+pub const RUN_DIR: &str = "/run/ptsd-ublk";
+
+/// What can go wrong talking to the kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("this kernel has no ublk driver ({CONTROL_PATH} is missing): modprobe ublk_drv, or build with CONFIG_BLK_DEV_UBLK")]
+    NoDriver,
+    #[error("ublk device {id}: {what}: {err}")]
+    Ublk { id: i32, what: &'static str, err: String },
+    #[error("invalid device id {0}")]
+    BadId(i32),
+    #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
+    NoSpec(i32),
+    #[error("backend: {0}")]
+    Backend(#[from] crate::spec::SpecError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn ublk_err(id: i32, what: &'static str) -> impl FnOnce(libublk::UblkError) -> KernelError {
+    move |e| KernelError::Ublk {
+        id,
+        what,
+        err: e.to_string(),
+    }
+}
+
+/// Fail with [`KernelError::NoDriver`] unless the ublk driver is there.
+pub fn check_driver() -> Result<(), KernelError> {
+    if Path::new(CONTROL_PATH).exists() {
+        Ok(())
+    } else {
+        Err(KernelError::NoDriver)
+    }
+}
+
+/// Driver feature bits (`UBLK_F_*`), if the driver answers.
+pub fn driver_features() -> Option<u64> {
+    UblkCtrl::get_features()
+}
+
+/// Mark the calling thread as one that writes back for a block device, so
+/// memory reclaim never waits on the I/O it is itself serving.
+pub fn set_io_flusher() {
+    const PR_SET_IO_FLUSHER: libc::c_int = 57;
+    // SAFETY: prctl with integer arguments only; failure is harmless.
+    let rc = unsafe { libc::prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) };
+    if rc != 0 {
+        tracing::debug!(err = %std::io::Error::last_os_error(), "PR_SET_IO_FLUSHER refused");
+    }
+}
+
+/// Move the daemon into its own mount namespace with private propagation,
+/// so a file system mounted on its own device is never in its namespace
+/// (and its exit can never wait on that file system's I/O).
+pub fn private_mount_namespace() -> std::io::Result<()> {
+    // SAFETY: plain syscalls with constant arguments.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let root = c"/";
+        let none = c"none";
+        if libc::mount(
+            none.as_ptr(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Shape of a new device.
+#[derive(Clone, Debug)]
+pub struct DeviceOptions {
+    /// Device id, or -1 to let the driver pick.
+    pub id: i32,
+    pub queues: u16,
+    pub depth: u16,
+    pub io_buf_bytes: u32,
+    pub spec: DeviceSpec,
+}
+
+/// What the caller learns once the device is live.
+#[derive(Clone, Debug)]
+pub struct Started {
+    pub id: i32,
+    pub bdev: String,
+    pub recovery: bool,
+}
+
+const USER_DATA_TARGET: u64 = 1 << 63;
+
+/// The kernel's ublk queue, seen through [`QueueIo`].
+struct KernelQueue<'a> {
+    q: &'a UblkQueue<'a>,
+    bufs: &'a [IoBuf<u8>],
+    efd: Option<OwnedFd>,
+    /// The eventfd read's 8-byte target; leaked (see `new`).
+    efd_buf: *mut u64,
+}
+
+impl<'a> KernelQueue<'a> {
+    fn new(q: &'a UblkQueue<'a>, bufs: &'a [IoBuf<u8>], wake: bool) -> std::io::Result<Self> {
+        let efd = if wake {
+            // SAFETY: eventfd with constant flags; the fd is owned below.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: `fd` is a fresh descriptor nobody else owns.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        } else {
+            None
+        };
+        // Leaked on purpose: an eventfd read may still be queued in the ring
+        // when the queue goes down, and the ring outlives this struct.
+        let efd_buf = Box::into_raw(Box::new(0u64));
+        let kq = KernelQueue {
+            q,
+            bufs,
+            efd,
+            efd_buf,
+        };
+        kq.arm_wake()?;
+        Ok(kq)
+    }
+
+    fn waker(&self) -> Option<Arc<dyn Waker>> {
+        let fd = self.efd.as_ref()?.try_clone().ok()?;
+        Some(Arc::new(EventFdWaker(fd)))
+    }
+
+    /// Keep one read of the eventfd queued, so a blocking wait on the ring
+    /// also ends when the engine signals completions.
+    fn arm_wake(&self) -> std::io::Result<()> {
+        let Some(efd) = &self.efd else { return Ok(()) };
+        let sqe = io_uring::opcode::Read::new(
+            io_uring::types::Fd(efd.as_raw_fd()),
+            self.efd_buf as *mut u8,
+            8,
+        )
+        .build()
+        .user_data(UblkIOCtx::build_user_data(0, 0, 0, true));
+        self.q
+            .ublk_submit_sqe_sync(sqe)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
+impl QueueIo for KernelQueue<'_> {
+    fn fetch(&mut self, wait: bool, out: &mut Vec<Incoming>) -> Result<(), QueueDown> {
+        let q = self.q;
+        let mut rearm = false;
+        let res = q.flush_and_wake_io_tasks(
+            |user_data, cqe, _last| {
+                if user_data & USER_DATA_TARGET != 0 {
+                    rearm = true;
+                    return;
+                }
+                // Only a successful fetch carries a request; an aborted
+                // command means the queue is going down.
+                if cqe.result() != libublk::sys::UBLK_IO_RES_OK as i32 {
+                    return;
+                }
+                let tag = UblkIOCtx::user_data_to_tag(user_data) as u16;
+                let iod = q.get_iod(tag);
+                out.push(Incoming {
+                    tag,
+                    desc: RawDesc {
+                        op_flags: iod.op_flags,
+                        nr_sectors: iod.nr_sectors,
+                        start_sector: iod.start_sector,
+                    },
+                });
+            },
+            usize::from(wait),
+        );
+        if rearm {
+            if let Err(e) = self.arm_wake() {
+                tracing::error!(error = %e, "cannot re-arm the queue's wake-up");
+            }
+        }
+        res.map(|_| ()).map_err(|_| QueueDown)
+    }
+
+    fn buffer(&mut self, tag: u16) -> IoBufPtr {
+        match self.bufs.get(tag as usize) {
+            // SAFETY: libublk allocated this buffer for `tag`; it lives until
+            // the queue thread returns, which `serve` delays until no
+            // request is in flight; the kernel does not touch it between
+            // handing us the tag and our commit.
+            Some(b) => unsafe { IoBufPtr::new(b.as_mut_ptr(), b.len()) },
+            None => IoBufPtr::NONE,
+        }
+    }
+
+    fn complete(&mut self, tag: u16, result: i32) {
+        let Some(buf) = self.bufs.get(tag as usize) else {
+            return;
+        };
+        if let Err(e) =
+            self.q
+                .complete_io_cmd_unified(tag, BufDesc::Slice(buf.as_slice()), Ok(UblkIORes::Result(result)))
+        {
+            tracing::error!(tag, error = %e, "commit failed");
+        }
+    }
+}
+
+struct EventFdWaker(OwnedFd);
+
+impl Waker for EventFdWaker {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to an eventfd we own.
+        unsafe {
+            libc::write(
+                self.0.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            );
+        }
+    }
+}
+
+fn queue_thread(qid: u16, dev: &UblkDev, shared: Arc<Shared>) {
+    set_io_flusher();
+    let bufs = dev.alloc_queue_io_bufs();
+    let queue = match UblkQueue::new(qid, dev)
+        .and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs))))
+    {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::error!(qid, error = %e, "queue setup failed");
+            return;
+        }
+    };
+    let poll = shared.config().poll;
+    let mut kq = match KernelQueue::new(&queue, &bufs, !poll) {
+        Ok(kq) => kq,
+        Err(e) => {
+            tracing::error!(qid, error = %e, "queue wake-up setup failed");
+            return;
+        }
+    };
+    if let Some(w) = kq.waker() {
+        shared.set_waker(qid, w);
+    }
+    let mut side = QueueSide::new(shared, qid);
+    serve(&mut kq, &mut side);
+}
+
+fn set_params(dev: &mut UblkDev, geo_bs: u32, num_blocks: u64, spec: &DeviceSpec) {
+    let shift = geo_bs.trailing_zeros() as u8;
+    let bytes = num_blocks * u64::from(geo_bs);
+    dev.tgt.dev_size = bytes;
+    dev.tgt.params = libublk::sys::ublk_params {
+        types: libublk::sys::UBLK_PARAM_TYPE_BASIC | libublk::sys::UBLK_PARAM_TYPE_DISCARD,
+        basic: libublk::sys::ublk_param_basic {
+            // A volatile cache makes the kernel send FLUSH, which the
+            // backend turns into a durable flush.
+            attrs: libublk::sys::UBLK_ATTR_VOLATILE_CACHE,
+            logical_bs_shift: shift,
+            physical_bs_shift: shift,
+            io_opt_shift: shift,
+            io_min_shift: shift,
+            max_sectors: dev.dev_info.max_io_buf_bytes >> 9,
+            dev_sectors: bytes >> 9,
+            ..Default::default()
+        },
+        discard: libublk::sys::ublk_param_discard {
+            discard_granularity: geo_bs,
+            max_discard_sectors: u32::MAX >> 9,
+            max_write_zeroes_sectors: u32::MAX >> 9,
+            max_discard_segments: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    dev.set_target_json(serde_json::json!({ "ptsd": spec }));
+}
+
+/// Stats file of device `id`.
+pub fn stats_path(id: i32) -> PathBuf {
+    Path::new(RUN_DIR).join(format!("{id}.stats.json"))
+}
+
+/// Pid file of device `id`'s daemon.
+pub fn pid_path(id: i32) -> PathBuf {
+    Path::new(RUN_DIR).join(format!("{id}.pid"))
+}
+
+fn write_stats(id: i32, report: &StatsReport) {
+    let path = stats_path(id);
+    let tmp = path.with_extension("tmp");
+    let ok = serde_json::to_vec_pretty(report)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|_| std::fs::rename(&tmp, &path));
+    if let Err(e) = ok {
+        tracing::warn!(error = %e, "cannot write {}", path.display());
+    }
+}
+
+/// Create a device (or, with `recover`, reattach to a quiesced one) and
+/// serve it until it is deleted. `on_started` runs once it is live. Returns
+/// the latency statistics of the whole run.
+pub fn run(
+    opts: &DeviceOptions,
+    recover: bool,
+    on_started: impl FnOnce(&Started) + Send + Sync + 'static,
+) -> Result<OpStats, KernelError> {
+    check_driver()?;
+    let features = driver_features().unwrap_or(0);
+    let recovery = features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) != 0;
+    let id = opts.id;
+    let ctrl = if recover {
+        if id < 0 {
+            return Err(KernelError::BadId(id));
+        }
+        UblkCtrl::new_simple(id)
+            .and_then(|c| c.start_user_recover().map(|_| ()))
+            .map_err(ublk_err(id, "start recovery"))?;
+        UblkCtrlBuilder::default()
+            .name("ptsd")
+            .id(id)
+            .ctrl_flags(u64::from(libublk::sys::UBLK_F_USER_RECOVERY))
+            .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+            .build()
+            .map_err(ublk_err(id, "reopen for recovery"))?
+    } else {
+        UblkCtrlBuilder::default()
+            .name("ptsd")
+            .id(id)
+            .nr_queues(opts.queues.max(1))
+            .depth(opts.depth.max(1))
+            .io_buf_bytes(opts.io_buf_bytes)
+            .ctrl_flags(if recovery {
+                u64::from(libublk::sys::UBLK_F_USER_RECOVERY)
+            } else {
+                0
+            })
+            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+            .build()
+            .map_err(ublk_err(id, "add"))?
+    };
+    let info = ctrl.dev_info();
+    let dev_id = info.dev_id as i32;
+    let backend: Box<dyn Backend> = opts.spec.build_backend()?;
+    let (bs, num_blocks) = (backend.block_size(), backend.num_blocks());
+    let config = EngineConfig {
+        queues: info.nr_hw_queues,
+        depth: info.queue_depth,
+        max_io_bytes: info.max_io_buf_bytes,
+        lock_mode: opts.spec.lock_mode,
+        poll: opts.spec.poll,
+    };
+    let (engine, shared) = Engine::new(backend, config, Clock::wall());
+    let worker = std::thread::Builder::new()
+        .name("ptsd-ublk-dev".into())
+        .spawn(move || {
+            set_io_flusher();
+            engine.run()
+        })?;
+
+    std::fs::create_dir_all(RUN_DIR)?;
+    std::fs::write(pid_path(dev_id), format!("{}\n", std::process::id()))?;
+    let stats_shared = shared.clone();
+    let stats_thread = std::thread::Builder::new()
+        .name("ptsd-ublk-stats".into())
+        .spawn(move || {
+            while !stats_shared.is_stopping() {
+                write_stats(dev_id, &stats_shared.stats().report());
+                std::thread::park_timeout(Duration::from_secs(1));
+            }
+        })?;
+
+    let spec = opts.spec.clone();
+    let q_shared = shared.clone();
+    let started = Started {
+        id: dev_id,
+        bdev: ctrl.get_bdev_path(),
+        recovery,
+    };
+    let result = ctrl.run_target(
+        move |dev: &mut UblkDev| {
+            set_params(dev, bs, num_blocks, &spec);
+            Ok(())
+        },
+        move |qid, dev: &UblkDev| queue_thread(qid, dev, q_shared.clone()),
+        move |_ctrl: &UblkCtrl| on_started(&started),
+    );
+    shared.stop();
+    stats_thread.thread().unpark();
+    let _ = stats_thread.join();
+    let _ = worker.join();
+    let stats = shared.stats();
+    write_stats(dev_id, &stats.report());
+    let _ = std::fs::remove_file(pid_path(dev_id));
+    result.map_err(ublk_err(dev_id, "serve"))?;
+    Ok(stats)
+}
+
+/// Read back the [`DeviceSpec`] stored with device `id`.
+pub fn stored_spec(id: i32) -> Result<(DeviceSpec, UblkCtrl), KernelError> {
+    check_driver()?;
+    if id < 0 {
+        return Err(KernelError::BadId(id));
+    }
+    let ctrl = UblkCtrl::new_simple(id).map_err(ublk_err(id, "open"))?;
+    let spec = ctrl
+        .get_target_data_from_json()
+        .and_then(|v| v.get("ptsd").cloned())
+        .and_then(|v| serde_json::from_value(v).ok())
+        .ok_or(KernelError::NoSpec(id))?;
+    Ok((spec, ctrl))
+}
+
+/// One device as `ptsd ublk list` shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DeviceSummary {
+    pub id: i32,
+    pub state: String,
+    pub bytes: u64,
+    pub queues: u16,
+    pub depth: u16,
+    pub daemon_pid: i32,
+    pub spec: Option<DeviceSpec>,
+}
+
+fn state_name(state: u16) -> String {
+    match u32::from(state) {
+        libublk::sys::UBLK_S_DEV_DEAD => "dead".into(),
+        libublk::sys::UBLK_S_DEV_LIVE => "live".into(),
+        libublk::sys::UBLK_S_DEV_QUIESCED => "quiesced".into(),
+        other => format!("state {other}"),
+    }
+}
+
+/// Every ublk device on the system (ours described by their spec).
+pub fn list() -> Result<Vec<DeviceSummary>, KernelError> {
+    check_driver()?;
+    let ids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let collect = ids.clone();
+    UblkCtrl::for_each_dev_id(move |id| {
+        if let Ok(mut v) = collect.lock() {
+            v.push(id as i32);
+        }
+    });
+    let mut ids = ids.lock().map(|v| v.clone()).unwrap_or_default();
+    ids.sort_unstable();
+    let mut out = Vec::new();
+    for id in ids {
+        let Ok(ctrl) = UblkCtrl::new_simple(id) else {
+            continue;
+        };
+        let info = ctrl.dev_info();
+        let spec = ctrl
+            .get_target_data_from_json()
+            .and_then(|v| v.get("ptsd").cloned())
+            .and_then(|v| serde_json::from_value(v).ok());
+        let bytes = ctrl.get_target_from_json().map(|t| t.dev_size).unwrap_or(0);
+        out.push(DeviceSummary {
+            id,
+            state: state_name(info.state),
+            bytes,
+            queues: info.nr_hw_queues,
+            depth: info.queue_depth,
+            daemon_pid: info.ublksrv_pid,
+            spec,
+        });
+    }
+    Ok(out)
+}
+
+/// Delete device `id` (its daemon, if alive, sees its queues go down and
+/// exits).
+pub fn delete(id: i32) -> Result<(), KernelError> {
+    check_driver()?;
+    if id < 0 {
+        return Err(KernelError::BadId(id));
+    }
+    let ctrl = UblkCtrl::new_simple(id).map_err(ublk_err(id, "open"))?;
+    ctrl.del_dev().map_err(ublk_err(id, "delete"))?;
+    Ok(())
+}
+
+/// The latest stats a device's daemon published.
+pub fn read_stats(id: i32) -> Result<StatsReport, KernelError> {
+    let bytes = std::fs::read(stats_path(id))?;
+    serde_json::from_slice(&bytes).map_err(|e| KernelError::Io(std::io::Error::other(e)))
+}

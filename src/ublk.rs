@@ -1,0 +1,343 @@
+//! `ptsd ublk …`: serve a device as `/dev/ublkbN` (crate `ptsd-ublk`).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use ptsd_ublk::kernel::{self, DeviceOptions, Started};
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec};
+use ptsd_ublk::{LockMode, SchedKind};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Subcommand)]
+pub enum UblkCmd {
+    /// Create a device, print its /dev/ublkbN path, and serve it.
+    Add(AddArgs),
+    /// List ublk devices.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete device N (or every device with --all).
+    Del {
+        id: Option<i32>,
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+    },
+    /// Print device N's latency histograms (per operation, JSON).
+    Stats { id: i32 },
+    /// Reattach a new daemon to device N after its daemon died.
+    Recover {
+        id: i32,
+        /// Detach and run in the background once the device is live.
+        #[arg(long)]
+        daemon: bool,
+    },
+}
+
+#[derive(Args)]
+pub struct AddArgs {
+    /// Device size (bytes, or with K/M/G suffix) of the memory device.
+    #[arg(long, default_value = "256M")]
+    size: String,
+    /// Serve this file or block device instead (loop-style).
+    #[arg(long)]
+    backing: Option<PathBuf>,
+    /// Block size in bytes (the device's logical and physical block).
+    #[arg(long, default_value_t = 4096)]
+    block_size: u32,
+    /// Number of ublk queues (one thread each).
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    /// Tags per queue.
+    #[arg(long, default_value_t = 128)]
+    depth: u16,
+    /// Largest single request in bytes.
+    #[arg(long, default_value_t = 512 << 10)]
+    io_buf_bytes: u32,
+    /// Reap completions by polling (the default).
+    #[arg(long, overrides_with = "no_poll")]
+    poll: bool,
+    /// Sleep until completions arrive instead of polling.
+    #[arg(long)]
+    no_poll: bool,
+    /// Request order at the device: fifo or read-priority.
+    #[arg(long, default_value = "read-priority")]
+    sched: SchedKind,
+    /// Hand-off between queues and device: swap (one lock per batch) or
+    /// per-request.
+    #[arg(long, default_value = "swap", value_parser = parse_lock_mode)]
+    lock: LockMode,
+    /// Device id to ask for (default: the driver picks).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    id: i32,
+    /// Detach and run in the background once the device is live.
+    #[arg(long)]
+    daemon: bool,
+}
+
+fn parse_lock_mode(s: &str) -> Result<LockMode, String> {
+    match s {
+        "swap" => Ok(LockMode::Swap),
+        "per-request" | "mutex" => Ok(LockMode::PerRequest),
+        other => Err(format!(
+            "unknown lock mode {other:?} (expected swap or per-request)"
+        )),
+    }
+}
+
+/// `256M` → 268435456. Suffixes K, M, G, T (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => bail!("bad size {s:?}: unknown suffix {c:?}"),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("bad size {s:?}: expected a number with an optional K/M/G/T"))?;
+    n.checked_mul(mult)
+        .with_context(|| format!("size {s:?} is too large"))
+}
+
+pub fn run(cmd: UblkCmd) -> Result<()> {
+    match cmd {
+        UblkCmd::Add(args) => add(args),
+        UblkCmd::List { json } => list(json),
+        UblkCmd::Del { id, all } => del(id, all),
+        UblkCmd::Stats { id } => {
+            let report = kernel::read_stats(id)
+                .with_context(|| format!("no stats for device {id} (is it served by ptsd?)"))?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        UblkCmd::Recover { id, daemon } => recover(id, daemon),
+    }
+}
+
+fn add(args: AddArgs) -> Result<()> {
+    let backend = match &args.backing {
+        Some(path) => BackendSpec::Backing {
+            path: std::path::absolute(path)
+                .with_context(|| format!("backing file {}", path.display()))?,
+            block_size: args.block_size,
+        },
+        None => BackendSpec::Mem {
+            bytes: parse_size(&args.size)?,
+            block_size: args.block_size,
+        },
+    };
+    let spec = DeviceSpec {
+        backend,
+        sched: args.sched,
+        lock_mode: args.lock,
+        poll: !args.no_poll,
+    };
+    let opts = DeviceOptions {
+        id: args.id,
+        queues: args.queues,
+        depth: args.depth,
+        io_buf_bytes: args.io_buf_bytes,
+        spec,
+    };
+    // Fail before forking when there is no driver, with the clear message.
+    kernel::check_driver()?;
+    // Catch a bad backend before the device exists.
+    drop(opts.spec.build_backend()?);
+    serve(opts, false, args.daemon)
+}
+
+fn recover(id: i32, daemon: bool) -> Result<()> {
+    let (spec, ctrl) = kernel::stored_spec(id)?;
+    let info = ctrl.dev_info();
+    drop(ctrl);
+    let opts = DeviceOptions {
+        id,
+        queues: info.nr_hw_queues,
+        depth: info.queue_depth,
+        io_buf_bytes: info.max_io_buf_bytes,
+        spec,
+    };
+    serve(opts, true, daemon)
+}
+
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT/SIGTERM delete the device cleanly (SIGKILL leaves it for
+/// `ptsd ublk recover`).
+fn watch_stop_signals(id: i32) {
+    // SAFETY: installs a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_stop_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_stop_signal as *const () as libc::sighandler_t);
+    }
+    let _ = std::thread::Builder::new()
+        .name("ptsd-ublk-signals".into())
+        .spawn(move || loop {
+            if STOP_REQUESTED.load(Ordering::SeqCst) {
+                if let Err(e) = kernel::delete(id) {
+                    eprintln!("ptsd ublk: cannot delete device {id}: {e}");
+                }
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        });
+}
+
+/// Run the device, in the foreground or as a daemon that reports back
+/// through a pipe once the device is live.
+fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
+    if !daemon {
+        if let Err(e) = kernel::private_mount_namespace() {
+            tracing::warn!(error = %e, "no private mount namespace for the daemon");
+        }
+        let stats = kernel::run(&opts, recover, |s: &Started| {
+            println!("{}", s.bdev);
+            let _ = std::io::stdout().flush();
+            watch_stop_signals(s.id);
+            if !s.recovery {
+                eprintln!("ptsd ublk: the driver has no UBLK_F_USER_RECOVERY; `recover` will not work");
+            }
+        })?;
+        println!("{}", serde_json::to_string_pretty(&stats.report())?);
+        return Ok(());
+    }
+
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-element array on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe");
+    }
+    // SAFETY: both descriptors are fresh and owned from here on.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the process is still single-threaded here (no thread has been
+    // started yet), so the child may keep running ordinary Rust code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    if pid > 0 {
+        drop(wr);
+        let mut msg = String::new();
+        std::fs::File::from(rd).read_to_string(&mut msg)?;
+        return match msg.strip_prefix("ok ") {
+            Some(bdev) => {
+                println!("{}", bdev.trim());
+                Ok(())
+            }
+            None if msg.is_empty() => bail!("the ublk daemon exited before the device was live"),
+            None => bail!("{}", msg.trim_start_matches("err ").trim()),
+        };
+    }
+    drop(rd);
+    // Child: detach from the terminal and the caller's mount namespace.
+    // SAFETY: setsid has no memory-safety preconditions.
+    unsafe { libc::setsid() };
+    let log = std::fs::create_dir_all(kernel::RUN_DIR).and_then(|_| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(std::path::Path::new(kernel::RUN_DIR).join("daemon.log"))
+    });
+    redirect_stdio(log.ok());
+    if let Err(e) = kernel::private_mount_namespace() {
+        tracing::warn!(error = %e, "no private mount namespace for the daemon");
+    }
+    let report = std::sync::Arc::new(std::sync::Mutex::new(Some(std::fs::File::from(wr))));
+    let on_started = {
+        let report = report.clone();
+        move |s: &Started| {
+            if let Some(mut f) = report.lock().ok().and_then(|mut g| g.take()) {
+                let _ = writeln!(f, "ok {}", s.bdev);
+            }
+            watch_stop_signals(s.id);
+        }
+    };
+    let result = kernel::run(&opts, recover, on_started);
+    let code = match result {
+        Ok(stats) => {
+            eprintln!("{}", serde_json::to_string(&stats.report()).unwrap_or_default());
+            0
+        }
+        Err(e) => {
+            if let Some(mut f) = report.lock().ok().and_then(|mut g| g.take()) {
+                let _ = writeln!(f, "err {e}");
+            }
+            eprintln!("ptsd ublk daemon: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn redirect_stdio(log: Option<std::fs::File>) {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null");
+    // SAFETY: dup2 onto the standard descriptors; the sources stay open
+    // for the duration of the calls.
+    unsafe {
+        if let Ok(n) = &null {
+            libc::dup2(n.as_raw_fd(), 0);
+        }
+        let out = log.as_ref().map(|f| f.as_raw_fd()).or(null.as_ref().ok().map(|n| n.as_raw_fd()));
+        if let Some(fd) = out {
+            libc::dup2(fd, 1);
+            libc::dup2(fd, 2);
+        }
+    }
+}
+
+fn list(json: bool) -> Result<()> {
+    let devs = kernel::list()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&devs)?);
+        return Ok(());
+    }
+    println!("{:>4} {:<9} {:>12} {:>6} {:>5} {:>8}  backend", "id", "state", "bytes", "queues", "depth", "pid");
+    for d in devs {
+        let backend = match &d.spec {
+            Some(s) => match &s.backend {
+                BackendSpec::Mem { .. } => "memory".to_string(),
+                BackendSpec::Backing { path, .. } => format!("file {}", path.display()),
+            },
+            None => "(not ptsd)".to_string(),
+        };
+        println!(
+            "{:>4} {:<9} {:>12} {:>6} {:>5} {:>8}  {backend}",
+            d.id, d.state, d.bytes, d.queues, d.depth, d.daemon_pid
+        );
+    }
+    Ok(())
+}
+
+fn del(id: Option<i32>, all: bool) -> Result<()> {
+    let ids: Vec<i32> = match (id, all) {
+        (Some(id), false) => vec![id],
+        (None, true) => kernel::list()?.into_iter().map(|d| d.id).collect(),
+        _ => bail!("give a device id or --all"),
+    };
+    for id in ids {
+        kernel::delete(id)?;
+        println!("deleted /dev/ublkb{id}");
+    }
+    Ok(())
+}
