@@ -199,7 +199,9 @@ impl Engine {
             geometry,
             clock,
             inbox: Handoff::new(config.lock_mode),
-            outboxes: (0..queues).map(|_| Handoff::new(config.lock_mode)).collect(),
+            outboxes: (0..queues)
+                .map(|_| Handoff::new(config.lock_mode))
+                .collect(),
             queue_sleeping: (0..queues).map(|_| AtomicBool::new(false)).collect(),
             wakers: (0..queues).map(|_| Mutex::new(None)).collect(),
             worker_sleeping: AtomicBool::new(false),
@@ -357,7 +359,9 @@ impl QueueSide {
     pub fn accept(&mut self, tag: u16, desc: &RawDesc, buf: IoBufPtr) -> Option<i32> {
         let now = self.shared.clock.now_ns();
         let checked = if (tag as usize) >= self.arrivals.len() {
-            Err(RequestError::Device(format!("tag {tag} beyond queue depth")))
+            Err(RequestError::Device(format!(
+                "tag {tag} beyond queue depth"
+            )))
         } else if self.shared.is_stopping() {
             Err(RequestError::ShuttingDown)
         } else {
@@ -428,7 +432,8 @@ impl QueueSide {
         let now = self.shared.clock.now_ns();
         for f in self.reaped.drain(..) {
             let (arrived, _) = self.arrivals[f.tag as usize];
-            self.local.record(f.op, now.saturating_sub(arrived), f.result >= 0);
+            self.local
+                .record(f.op, now.saturating_sub(arrived), f.result >= 0);
             complete(f.tag, f.result);
         }
         self.in_flight -= n.min(self.in_flight);

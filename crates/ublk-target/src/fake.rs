@@ -59,9 +59,7 @@ impl Drop for Inner {
             // SAFETY: each pointer came from `Box::into_raw` of a boxed slice
             // of exactly `p.len()` bytes in `fake_queue`, and nothing can use
             // it any more (this is the last reference to `Inner`).
-            drop(unsafe {
-                Box::from_raw(std::ptr::slice_from_raw_parts_mut(p.as_ptr(), p.len()))
-            });
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p.as_ptr(), p.len())) });
         }
     }
 }
@@ -199,6 +197,32 @@ impl FakeHandle {
         st.incoming.push_back(Incoming { tag, desc });
         self.inner.cv.notify_all();
         Ok(())
+    }
+
+    /// Submit several data-less requests (READ, FLUSH, DISCARD...) under
+    /// one lock, as the block layer plugs a batch. Stops at the first
+    /// refusal.
+    pub fn submit_many(&self, reqs: &[(u16, RawDesc)]) -> Result<(), FakeError> {
+        let mut st = self.inner.lock();
+        if st.closed {
+            return Err(FakeError::Closed);
+        }
+        for &(tag, desc) in reqs {
+            match st.busy.get(tag as usize) {
+                None => return Err(FakeError::NoSuchTag(tag)),
+                Some(true) => return Err(FakeError::Busy(tag)),
+                Some(false) => {}
+            }
+            st.busy[tag as usize] = true;
+            st.incoming.push_back(Incoming { tag, desc });
+        }
+        self.inner.cv.notify_all();
+        Ok(())
+    }
+
+    /// Move the completions so far into `out` (no allocation).
+    pub fn drain_completions(&self, out: &mut Vec<(u16, i32)>) {
+        out.append(&mut self.inner.lock().completed);
     }
 
     /// The first `len` bytes of a free tag's buffer (what a READ returned).

@@ -5,7 +5,9 @@
 //! sees a libublk type.
 
 use crate::backend::{Backend, IoBufPtr};
-use crate::engine::{serve, Clock, Engine, EngineConfig, Incoming, QueueDown, QueueIo, QueueSide, Shared, Waker};
+use crate::engine::{
+    serve, Clock, Engine, EngineConfig, Incoming, QueueDown, QueueIo, QueueSide, Shared, Waker,
+};
 use crate::request::RawDesc;
 use crate::spec::DeviceSpec;
 use crate::stats::{OpStats, StatsReport};
@@ -30,7 +32,11 @@ pub enum KernelError {
     #[error("this kernel has no ublk driver ({CONTROL_PATH} is missing): modprobe ublk_drv, or build with CONFIG_BLK_DEV_UBLK")]
     NoDriver,
     #[error("ublk device {id}: {what}: {err}")]
-    Ublk { id: i32, what: &'static str, err: String },
+    Ublk {
+        id: i32,
+        what: &'static str,
+        err: String,
+    },
     #[error("invalid device id {0}")]
     BadId(i32),
     #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
@@ -228,10 +234,11 @@ impl QueueIo for KernelQueue<'_> {
         let Some(buf) = self.bufs.get(tag as usize) else {
             return;
         };
-        if let Err(e) =
-            self.q
-                .complete_io_cmd_unified(tag, BufDesc::Slice(buf.as_slice()), Ok(UblkIORes::Result(result)))
-        {
+        if let Err(e) = self.q.complete_io_cmd_unified(
+            tag,
+            BufDesc::Slice(buf.as_slice()),
+            Ok(UblkIORes::Result(result)),
+        ) {
             tracing::error!(tag, error = %e, "commit failed");
         }
     }

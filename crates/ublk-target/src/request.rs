@@ -128,14 +128,18 @@ pub enum RequestError {
     UnsupportedOp(u8),
     #[error("empty {0:?} request")]
     Empty(IoOp),
-    #[error("{op:?} at sector {sector} (+{sectors}) is not aligned to the {block_size}-byte block")]
+    #[error(
+        "{op:?} at sector {sector} (+{sectors}) is not aligned to the {block_size}-byte block"
+    )]
     Misaligned {
         op: IoOp,
         sector: u64,
         sectors: u32,
         block_size: u32,
     },
-    #[error("{op:?} of blocks {block}..+{blocks} is past the end of the {num_blocks}-block device")]
+    #[error(
+        "{op:?} of blocks {block}..+{blocks} is past the end of the {num_blocks}-block device"
+    )]
     OutOfRange {
         op: IoOp,
         block: u64,
@@ -198,7 +202,8 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, RequestError> {
         return Err(RequestError::Empty(io_op));
     }
     let sectors_per_block = u64::from(geo.block_size.max(512)) / SECTOR;
-    if raw.start_sector % sectors_per_block != 0 || u64::from(raw.nr_sectors) % sectors_per_block != 0
+    if raw.start_sector % sectors_per_block != 0
+        || u64::from(raw.nr_sectors) % sectors_per_block != 0
     {
         return Err(RequestError::Misaligned {
             op: io_op,

@@ -73,7 +73,9 @@ impl Rig {
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
 }
 
 #[test]
@@ -103,7 +105,11 @@ fn discard_and_write_zeroes_read_back_zeroes() {
         .unwrap();
     assert_eq!(r.round(), vec![(0, 0)]);
     r.handle
-        .submit(0, RawDesc::new(op::WRITE_ZEROES, 12 * SPB as u64, 2 * SPB), None)
+        .submit(
+            0,
+            RawDesc::new(op::WRITE_ZEROES, 12 * SPB as u64, 2 * SPB),
+            None,
+        )
         .unwrap();
     assert_eq!(r.round(), vec![(0, 0)]);
     let back = r.read(1, 10, 4);
@@ -187,7 +193,10 @@ fn malformed_requests_complete_with_errors() {
         (RawDesc::new(op::READ, 0, 1), einval),
         (RawDesc::new(op::READ, BLOCKS * SPB as u64, SPB), -libc::EIO),
         (RawDesc::new(op::WRITE, u64::MAX - 7, SPB), -libc::EIO),
-        (RawDesc::new(op::DISCARD, (BLOCKS - 1) * SPB as u64, 2 * SPB), -libc::EIO),
+        (
+            RawDesc::new(op::DISCARD, (BLOCKS - 1) * SPB as u64, 2 * SPB),
+            -libc::EIO,
+        ),
         (RawDesc::new(op::READ, 0, (2 * BUF / 512) as u32), einval),
     ];
     for (desc, want) in cases {
@@ -207,7 +216,7 @@ proptest! {
     #[test]
     fn any_descriptor_gets_an_answer(opf in any::<u32>(), sector in any::<u64>(), sectors in any::<u32>()) {
         let mut r = rig(SchedKind::ReadPriority);
-        r.handle.submit(0, RawDesc { op_flags: opf % 8 | (opf & !0xff), nr_sectors: sectors % 256, start_sector: sector % (2 * BLOCKS * SPB as u64) }, None).unwrap();
+        r.handle.submit(0, RawDesc { op_flags: (opf % 8) | (opf & !0xff), nr_sectors: sectors % 256, start_sector: sector % (2 * BLOCKS * SPB as u64) }, None).unwrap();
         let c = r.round();
         prop_assert_eq!(c.len(), 1);
         r.handle.submit(1, RawDesc { op_flags: opf, nr_sectors: sectors, start_sector: sector }, None).unwrap();
@@ -221,7 +230,10 @@ proptest! {
 fn threaded(lock_mode: LockMode, poll: bool) -> (u64, u64) {
     const QUEUES: u16 = 3;
     const PER_QUEUE: usize = 300;
-    let backend = DirectBackend::new(MemDevice::new(BS as u32, BLOCKS).unwrap(), SchedKind::ReadPriority);
+    let backend = DirectBackend::new(
+        MemDevice::new(BS as u32, BLOCKS).unwrap(),
+        SchedKind::ReadPriority,
+    );
     let config = EngineConfig {
         queues: QUEUES,
         depth: DEPTH,
@@ -255,7 +267,11 @@ fn threaded(lock_mode: LockMode, poll: bool) -> (u64, u64) {
                     let block = base + (next as u64 % 128);
                     let data = pattern((next % 251) as u8, BS);
                     handle
-                        .submit(tag, RawDesc::new(op::WRITE, block * SPB as u64, SPB), Some(&data))
+                        .submit(
+                            tag,
+                            RawDesc::new(op::WRITE, block * SPB as u64, SPB),
+                            Some(&data),
+                        )
                         .unwrap();
                     next += 1;
                     submitted += 1;
@@ -277,7 +293,10 @@ fn threaded(lock_mode: LockMode, poll: bool) -> (u64, u64) {
                     .unwrap();
                 let c = handle.wait_completions(1, Duration::from_secs(10));
                 assert_eq!(c, vec![(0, BS as i32)]);
-                assert_eq!(handle.read_buffer(0, BS).unwrap(), pattern((i % 251) as u8, BS));
+                assert_eq!(
+                    handle.read_buffer(0, BS).unwrap(),
+                    pattern((i % 251) as u8, BS)
+                );
             }
             handle.close();
         });
@@ -300,7 +319,10 @@ fn threaded_swap_polling() {
     assert_eq!(requests, 3 * (300 + 20));
     // Per request at most one push and one take on each of inbox and
     // outbox; batching makes it fewer.
-    assert!(locks <= 4 * requests, "{locks} locks for {requests} requests");
+    assert!(
+        locks <= 4 * requests,
+        "{locks} locks for {requests} requests"
+    );
 }
 
 #[test]
@@ -308,7 +330,10 @@ fn threaded_per_request_blocking() {
     let (locks, requests) = threaded(LockMode::PerRequest, false);
     assert_eq!(requests, 3 * (300 + 20));
     // A locked FIFO: every push and every pop (plus the final empty pop).
-    assert!(locks >= 4 * requests, "{locks} locks for {requests} requests");
+    assert!(
+        locks >= 4 * requests,
+        "{locks} locks for {requests} requests"
+    );
 }
 
 #[test]
@@ -316,7 +341,11 @@ fn queue_swapping_takes_one_lock_per_batch() {
     let mut r = rig(SchedKind::Fifo);
     for tag in 0..DEPTH {
         r.handle
-            .submit(tag, RawDesc::new(op::READ, tag as u64 * SPB as u64, SPB), None)
+            .submit(
+                tag,
+                RawDesc::new(op::READ, tag as u64 * SPB as u64, SPB),
+                None,
+            )
             .unwrap();
     }
     let before = r.side.shared().lock_count();

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Real-kernel test of `ptsd ublk` in a QEMU VM (TCG, no KVM needed).
+#
+# Downloads the newest Debian 6.12 cloud kernel package (never pinned),
+# takes its vmlinuz and ublk_drv.ko, builds a static musl `ptsd`, packs an
+# initramfs (busybox, mke2fs, tests/vm/guest-init.sh as /init), boots it and
+# parses the guest's `PTSD-VM:` result lines. Downloads are cached under
+# target/vm-cache/. Exit status: 0 if every guest check passed.
+#
+# Host packages: qemu-system-x86 busybox-static e2fsprogs xz-utils
+# libclang-dev (scripts/setup installs them) and the Rust musl target.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+cache=$root/target/vm-cache
+mkdir -p "$cache"
+t0=$(date +%s)
+log() { echo "== vm: $*"; }
+
+for tool in qemu-system-x86_64 busybox dpkg-deb xz apt-get gzip; do
+    command -v "$tool" >/dev/null || { echo "vm test: missing host tool $tool (run scripts/setup)"; exit 1; }
+done
+[ -x /sbin/mke2fs ] || [ -x /usr/sbin/mke2fs ] || { echo "vm test: missing mke2fs (e2fsprogs)"; exit 1; }
+
+# --- kernel: newest 6.12.x Debian cloud build -------------------------------
+pick_kernel() {
+    apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-cloud-amd64-unsigned$' \
+        | awk '{print $1}' | sort -V | tail -1
+}
+pkg=$(pick_kernel)
+if [ -z "$pkg" ]; then
+    log "apt lists have no 6.12 cloud kernel; apt-get update"
+    apt-get update -qq
+    pkg=$(pick_kernel)
+fi
+[ -n "$pkg" ] || { echo "vm test: no linux-image-6.12.*-cloud-amd64-unsigned in apt"; exit 1; }
+kdir=$cache/$pkg
+if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ]; then
+    log "downloading $pkg"
+    rm -rf "$kdir.tmp" && mkdir -p "$kdir.tmp"
+    (cd "$kdir.tmp" && apt-get download -q "$pkg" >/dev/null 2>&1 || apt-get download "$pkg")
+    dpkg-deb -x "$kdir.tmp"/*.deb "$kdir.tmp/x"
+    mkdir -p "$kdir"
+    cp "$kdir.tmp"/x/boot/vmlinuz-* "$kdir/vmlinuz"
+    ko=$(find "$kdir.tmp/x" -name 'ublk_drv.ko*' | head -1)
+    case "$ko" in
+        *.xz) xz -dc "$ko" > "$kdir/ublk_drv.ko" ;;
+        *) cp "$ko" "$kdir/ublk_drv.ko" ;;
+    esac
+    rm -rf "$kdir.tmp"
+fi
+log "kernel $pkg"
+
+# --- static ptsd -------------------------------------------------------------
+rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl \
+    || rustup target add x86_64-unknown-linux-musl
+log "building static ptsd (musl, release)"
+CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true \
+    cargo build --release --locked --quiet --target x86_64-unknown-linux-musl --bin ptsd
+ptsd_bin=$root/target/x86_64-unknown-linux-musl/release/ptsd
+
+# --- initramfs ---------------------------------------------------------------
+rd=$cache/initramfs
+rm -rf "$rd" && mkdir -p "$rd"/{bin,sbin,lib,lib64,proc,sys,dev,run,tmp,mnt,etc}
+cp "$(command -v busybox)" "$rd/bin/busybox"
+cp "$ptsd_bin" "$rd/bin/ptsd"
+cp "$kdir/ublk_drv.ko" "$rd/lib/ublk_drv.ko"
+mke2fs=$(command -v mke2fs || echo /sbin/mke2fs)
+cp "$mke2fs" "$rd/sbin/mke2fs"
+ln -s mke2fs "$rd/sbin/mkfs.ext4"
+for lib in $(ldd "$mke2fs" | grep -o '/[^ ]*'); do
+    mkdir -p "$rd$(dirname "$lib")"
+    cp -L "$lib" "$rd$lib"
+done
+cp tests/vm/guest-init.sh "$rd/init"
+chmod +x "$rd/init"
+(cd "$rd" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) > "$cache/initrd.gz"
+
+# --- boot --------------------------------------------------------------------
+out=$cache/console.log
+log "booting (TCG); console in $out"
+timeout 280 qemu-system-x86_64 -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
+    -kernel "$kdir/vmlinuz" -initrd "$cache/initrd.gz" \
+    -append "console=ttyS0 quiet panic=-1 ${PTSD_VM_APPEND:-}" > "$out" 2>&1 || true
+tr -d '\r' < "$out" > "$out.txt"
+
+grep -E '^PTSD-VM(-FIG)?:' "$out.txt" || true
+pass=$(grep -c '^PTSD-VM: [^ ]* PASS' "$out.txt" || true)
+fail=$(grep -c '^PTSD-VM: [^ ]* FAIL' "$out.txt" || true)
+done_line=$(grep -c '^PTSD-VM-DONE' "$out.txt" || true)
+log "whole VM test took $(( $(date +%s) - t0 )) s"
+if [ "$done_line" -eq 0 ]; then
+    echo "vm test: the guest did not finish; last console lines:"
+    tail -40 "$out.txt"
+    fail=$((fail + 1))
+fi
+echo "vm: $pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
