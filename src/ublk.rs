@@ -2,8 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
-use ptsd_ublk::spec::{BackendSpec, DeviceSpec};
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
 use ptsd_ublk::{LockMode, SchedKind};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -42,9 +43,24 @@ pub enum UblkCmd {
 
 #[derive(Args)]
 pub struct AddArgs {
-    /// Device size (bytes, or with K/M/G suffix) of the memory device.
+    /// Serve the emulated SSD with this mapping scheme: page, dftl or ptsd
+    /// (the default when no --backing/--mem is given).
+    #[arg(long, conflicts_with_all = ["backing", "mem"])]
+    ftl: Option<FtlScheme>,
+    /// Serve a plain RAM disk instead of the emulated SSD.
+    #[arg(long)]
+    mem: bool,
+    /// Device size (bytes, or with K/M/G/T suffix).
     #[arg(long, default_value = "256M")]
     size: String,
+    /// Where the emulated SSD keeps data: none (timing only), mem, or an
+    /// image FILE.
+    #[arg(long, default_value = "mem")]
+    store: String,
+    /// off: complete as soon as served; emulate: complete at the NAND
+    /// model's time (wall clock).
+    #[arg(long, default_value = "off")]
+    timing: Timing,
     /// Serve this file or block device instead (loop-style).
     #[arg(long)]
     backing: Option<PathBuf>,
@@ -66,9 +82,11 @@ pub struct AddArgs {
     /// Sleep until completions arrive instead of polling.
     #[arg(long)]
     no_poll: bool,
-    /// Request order at the device: fifo or read-priority.
-    #[arg(long, default_value = "read-priority")]
-    sched: SchedKind,
+    /// Request order at the device: fifo or read-priority (default: the
+    /// FTL variant's own — FIFO for page/dftl, read priority for ptsd;
+    /// read priority for plain devices).
+    #[arg(long)]
+    sched: Option<SchedKind>,
     /// Hand-off between queues and device: swap (one lock per batch) or
     /// per-request.
     #[arg(long, default_value = "swap", value_parser = parse_lock_mode)]
@@ -137,9 +155,15 @@ fn add(args: AddArgs) -> Result<()> {
                 .with_context(|| format!("backing file {}", path.display()))?,
             block_size: args.block_size,
         },
-        None => BackendSpec::Mem {
+        None if args.mem => BackendSpec::Mem {
             bytes: parse_size(&args.size)?,
             block_size: args.block_size,
+        },
+        None => BackendSpec::Ftl {
+            scheme: args.ftl.unwrap_or(FtlScheme::Ptsd),
+            bytes: parse_size(&args.size)?,
+            store: FtlStore::parse(&args.store),
+            timing: args.timing,
         },
     };
     let spec = DeviceSpec {
@@ -339,6 +363,12 @@ fn list(json: bool) -> Result<()> {
             Some(s) => match &s.backend {
                 BackendSpec::Mem { .. } => "memory".to_string(),
                 BackendSpec::Backing { path, .. } => format!("file {}", path.display()),
+                BackendSpec::Ftl {
+                    scheme,
+                    store,
+                    timing,
+                    ..
+                } => format!("ftl {scheme:?} store {store:?} timing {timing:?}"),
             },
             None => "(not ptsd)".to_string(),
         };

@@ -11,7 +11,8 @@ mount -t tmpfs tmpfs /run
 mount -t tmpfs -o size=600m tmpfs /tmp
 echo 3 > /proc/sys/kernel/printk
 
-result() { echo "PTSD-VM: $*"; }
+up() { cut -d' ' -f1 /proc/uptime; }
+result() { echo "PTSD-VM: $* (t=$(up)s)"; }
 fig() { echo "PTSD-VM-FIG: $*"; }
 # check NAME CMD...: run CMD, PASS if it exits 0.
 check() {
@@ -57,7 +58,7 @@ dd_roundtrip() { # DEV MiB
 ext4_cycle() { # DEV
     mkfs.ext4 -F -q "$1" &&
     mkdir -p /mnt/t && mount -t ext4 "$1" /mnt/t &&
-    dd if=/dev/urandom of=/mnt/t/data bs=1M count=8 2>/dev/null &&
+    dd if=/dev/urandom of=/mnt/t/data bs=1M count=4 2>/dev/null &&
     mkdir -p /mnt/t/dir && for i in 1 2 3 4 5 6 7 8; do echo "file $i" > /mnt/t/dir/f$i; done &&
     sum1=$(md5sum /mnt/t/data | cut -d' ' -f1) && sync &&
     umount /mnt/t && mount -t ext4 "$1" /mnt/t &&
@@ -67,29 +68,30 @@ ext4_cycle() { # DEV
 }
 
 # One device per configuration: dd, ext4, verify, stats, delete.
-exercise() { # LABEL ADD-ARGS...
-    label=$1; shift
+exercise() { # LABEL full|quick ADD-ARGS...
+    label=$1; level=$2; shift 2
     if ! dev=$(ptsd ublk add --daemon "$@" 2>/tmp/add.err); then
         result "$label-add" FAIL "$(tail -n 3 /tmp/add.err | tr '\n' ' ')"
         return
     fi
     result "$label-add" PASS "$dev"
     id=$(dev_id "$dev")
-    check "$label-dd" dd_roundtrip "$dev" 16
-    fig "$label dd-write $(grep -o '[0-9.]* [KMG]*B/s' /tmp/dd.w | tail -1) dd-read $(grep -o '[0-9.]* [KMG]*B/s' /tmp/dd.r | tail -1)"
-    check "$label-ext4" ext4_cycle "$dev"
-    check "$label-verify" ptsd ublk verify "$dev" --ops 1500 --seed 7 --span 32M
+    check "$label-dd" dd_roundtrip "$dev" 8
+    fig "$label dd-write $(grep -o '[0-9.]*[KMG]*B/s' /tmp/dd.w | tail -1) dd-read $(grep -o '[0-9.]*[KMG]*B/s' /tmp/dd.r | tail -1)"
+    [ "$level" = full ] && check "$label-ext4" ext4_cycle "$dev"
+    check "$label-verify" ptsd ublk verify "$dev" --ops 400 --seed 7 --span 32M
     fig "$label $(grep -o 'read_p50_us=[0-9.]* read_p99_us=[0-9.]* write_p50_us=[0-9.]*' /tmp/check.out)"
     sleep 1.2 # the daemon publishes stats every second
     check "$label-stats" sh -c "ptsd ublk stats $id | grep -q '\"read\"'"
     check "$label-del" sh -c "ptsd ublk del $id && i=0; while [ -e $dev ] && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i+1)); done; [ ! -e $dev ]"
 }
 
-exercise mem-poll --size 128M
-exercise mem-nopoll --size 128M --no-poll --sched fifo
-exercise mem-2q-mutex --size 128M --queues 2 --lock per-request
+result boot PASS
+exercise mem-poll full --size 64M
+exercise mem-nopoll quick --size 64M --no-poll --sched fifo
+exercise mem-2q-mutex quick --size 64M --queues 2 --lock per-request --no-poll
 for scheme in ${PTSD_VM_FTL:-}; do
-    exercise "ftl-$scheme" --ftl "$scheme" --size 128M
+    exercise "ftl-$scheme" full --ftl "$scheme" --size 64M --no-poll
 done
 
 # Recovery: a file-backed device survives `kill -9` of its daemon.

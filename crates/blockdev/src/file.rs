@@ -15,8 +15,8 @@ use crate::{check_range, check_request, BlockDevice, BlockError};
 /// `BLKGETSIZE64 = _IOR(0x12, 114, size_t)`, `BLKZEROOUT = _IO(0x12, 127)`
 /// in the generic ioctl encoding (x86, Arm, RISC-V); libc does not export
 /// them.
-const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;
-const BLKZEROOUT: libc::Ioctl = 0x127f;
+const BLKGETSIZE64: libc::Ioctl = 0x8008_1272_u32 as libc::Ioctl;
+const BLKZEROOUT: libc::Ioctl = 0x127f_u32 as libc::Ioctl;
 
 /// Memory alignment assumed for O_DIRECT when the kernel does not report it.
 const DEFAULT_DIO_MEM_ALIGN: usize = 4096;

@@ -308,7 +308,9 @@ fn set_params(dev: &mut UblkDev, geo_bs: u32, num_blocks: u64, spec: &DeviceSpec
         discard: libublk::sys::ublk_param_discard {
             discard_granularity: geo_bs,
             max_discard_sectors: u32::MAX >> 9,
-            max_write_zeroes_sectors: u32::MAX >> 9,
+            // Some backends write real zeroes: keep each request to one
+            // I/O buffer's worth.
+            max_write_zeroes_sectors: dev.dev_info.max_io_buf_bytes >> 9,
             max_discard_segments: 1,
             ..Default::default()
         },

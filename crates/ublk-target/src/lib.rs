@@ -45,6 +45,7 @@
 pub mod backend;
 pub mod engine;
 pub mod fake;
+pub mod ftl;
 pub mod handoff;
 pub mod request;
 pub mod sched;

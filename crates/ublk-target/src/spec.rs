@@ -5,9 +5,11 @@
 //! rebuilds exactly the same backend after the daemon died.
 
 use crate::backend::{Backend, DirectBackend};
+use crate::ftl::{FtlBackend, Timing};
 use crate::handoff::LockMode;
 use crate::sched::SchedKind;
 use ptsd_blockdev::{BlockError, FileDevice, FileDeviceOptions, MemDevice};
+use ptsd_ftl::{FtlConfig, SchedulerKind, StoreKind, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -19,13 +21,72 @@ pub enum BackendSpec {
     Mem { bytes: u64, block_size: u32 },
     /// A plain file or block device, loop-style.
     Backing { path: PathBuf, block_size: u32 },
+    /// The emulated SSD with `scheme` (`page`, `dftl`, `ptsd`) and
+    /// `bytes` of logical space.
+    Ftl {
+        scheme: FtlScheme,
+        bytes: u64,
+        store: FtlStore,
+        timing: Timing,
+    },
+}
+
+/// Mapping scheme of the emulated SSD, as the paper's variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FtlScheme {
+    /// Full page map in DRAM (the paper's OPT/PAGE).
+    Page,
+    /// DFTL: page-granular cached mapping table.
+    Dftl,
+    /// PTSD: clean/dirty partitioned cache, entry-granular dirty region.
+    Ptsd,
+}
+
+impl std::str::FromStr for FtlScheme {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "page" => Ok(FtlScheme::Page),
+            "dftl" => Ok(FtlScheme::Dftl),
+            "ptsd" => Ok(FtlScheme::Ptsd),
+            other => Err(format!(
+                "unknown FTL {other:?} (expected page, dftl or ptsd)"
+            )),
+        }
+    }
+}
+
+/// Where the emulated SSD keeps page data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FtlStore {
+    /// Timing only: writes are dropped, reads return zeroes.
+    None,
+    /// In memory (lost with the daemon).
+    Mem,
+    /// A persistent image file.
+    File(PathBuf),
+}
+
+impl FtlStore {
+    /// `none`, `mem`, or anything else as a file path.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "none" => FtlStore::None,
+            "mem" | "memory" => FtlStore::Mem,
+            path => FtlStore::File(PathBuf::from(path)),
+        }
+    }
 }
 
 /// Everything needed to (re)build a device's request path.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceSpec {
     pub backend: BackendSpec,
-    pub sched: SchedKind,
+    /// Request order; `None` = the backend's default (the FTL variant's own
+    /// scheduler, read priority for plain devices).
+    pub sched: Option<SchedKind>,
     pub lock_mode: LockMode,
     pub poll: bool,
 }
@@ -39,6 +100,8 @@ pub enum SpecError {
     Backing { path: PathBuf, source: BlockError },
     #[error("memory device: {0}")]
     Mem(BlockError),
+    #[error("emulated SSD: {0}")]
+    Ftl(String),
 }
 
 impl DeviceSpec {
@@ -49,7 +112,7 @@ impl DeviceSpec {
     /// use ptsd_ublk::{LockMode, SchedKind};
     /// let spec = DeviceSpec {
     ///     backend: BackendSpec::Mem { bytes: 1 << 20, block_size: 4096 },
-    ///     sched: SchedKind::ReadPriority,
+    ///     sched: Some(SchedKind::ReadPriority),
     ///     lock_mode: LockMode::Swap,
     ///     poll: true,
     /// };
@@ -66,7 +129,7 @@ impl DeviceSpec {
                     });
                 }
                 let dev = MemDevice::new(*block_size, bytes / bs).map_err(SpecError::Mem)?;
-                Ok(Box::new(DirectBackend::new(dev, self.sched)))
+                Ok(Box::new(DirectBackend::new(dev, self.direct_sched())))
             }
             BackendSpec::Backing { path, block_size } => {
                 let dev: FileDevice = FileDeviceOptions::new()
@@ -76,8 +139,39 @@ impl DeviceSpec {
                         path: path.clone(),
                         source,
                     })?;
-                Ok(Box::new(DirectBackend::new(dev, self.sched)))
+                Ok(Box::new(DirectBackend::new(dev, self.direct_sched())))
+            }
+            BackendSpec::Ftl {
+                scheme,
+                bytes,
+                store,
+                timing,
+            } => {
+                let variant = match scheme {
+                    FtlScheme::Page => Variant::Page,
+                    FtlScheme::Dftl => Variant::Dftl,
+                    FtlScheme::Ptsd => Variant::WriteOpt,
+                };
+                let mut cfg = FtlConfig::paper(variant, *bytes);
+                cfg.store = match store {
+                    FtlStore::None => StoreKind::None,
+                    FtlStore::Mem => StoreKind::Memory,
+                    FtlStore::File(path) => StoreKind::File { path: path.clone() },
+                };
+                if let Some(s) = self.sched {
+                    cfg.scheduler = match s {
+                        SchedKind::Fifo => SchedulerKind::Fifo,
+                        SchedKind::ReadPriority => SchedulerKind::ReadPriority,
+                    };
+                }
+                let backend =
+                    FtlBackend::new(cfg, *timing).map_err(|e| SpecError::Ftl(e.to_string()))?;
+                Ok(Box::new(backend))
             }
         }
+    }
+
+    fn direct_sched(&self) -> SchedKind {
+        self.sched.unwrap_or_default()
     }
 }

@@ -1,0 +1,278 @@
+//! The emulated SSD (`ptsd-ftl`) as a [`Backend`].
+//!
+//! Requests go into the SSD's interface queue, where its own scheduler
+//! (FIFO or PTSD read priority) orders them. With [`Timing::Emulate`] the
+//! SSD runs on the engine's wall clock: a request is released when the NAND
+//! model says it finishes, so a program on `/dev/ublkbN` sees modelled flash
+//! latencies. With [`Timing::Off`] the SSD runs on its own virtual clock and
+//! every request completes as soon as it is served.
+
+use crate::backend::{Backend, Finished, Pending};
+use crate::request::{IoOp, RequestError};
+use ptsd_ftl::{Done, FtlConfig, Op, Payload, Request, Ssd};
+use std::collections::HashMap;
+
+/// Whether completions wait for the modelled NAND time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Timing {
+    /// Complete as soon as served (the model's clock is virtual).
+    #[default]
+    Off,
+    /// Complete at the modelled time, on the wall clock.
+    Emulate,
+}
+
+impl std::str::FromStr for Timing {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(Timing::Off),
+            "emulate" | "on" => Ok(Timing::Emulate),
+            other => Err(format!(
+                "unknown timing {other:?} (expected off or emulate)"
+            )),
+        }
+    }
+}
+
+/// The SSD behind the target.
+///
+/// ```
+/// use ptsd_ftl::{FtlConfig, StoreKind, Variant};
+/// use ptsd_ublk::backend::Backend;
+/// use ptsd_ublk::ftl::{FtlBackend, Timing};
+/// let mut cfg = FtlConfig::paper(Variant::WriteOpt, 16 << 20);
+/// cfg.store = StoreKind::Memory;
+/// let b = FtlBackend::new(cfg, Timing::Off).unwrap();
+/// assert_eq!(b.num_blocks(), 4096);
+/// ```
+pub struct FtlBackend {
+    ssd: Ssd,
+    timing: Timing,
+    keeps_data: bool,
+    page: u32,
+    /// Virtual time for `Timing::Off`.
+    vnow: u64,
+    inflight: HashMap<u64, Pending>,
+    done: Vec<Done>,
+    /// Finished before `advance` was called (refused at submit).
+    refused: Vec<Finished>,
+    pool: Vec<Vec<u8>>,
+}
+
+impl FtlBackend {
+    pub fn new(cfg: FtlConfig, timing: Timing) -> Result<Self, ptsd_ftl::FtlError> {
+        let keeps_data = !matches!(cfg.store, ptsd_ftl::StoreKind::None);
+        let ssd = Ssd::new(cfg)?;
+        let page = ssd.page_size();
+        Ok(FtlBackend {
+            ssd,
+            timing,
+            keeps_data,
+            page,
+            vnow: 0,
+            inflight: HashMap::new(),
+            done: Vec::new(),
+            refused: Vec::new(),
+            pool: Vec::new(),
+        })
+    }
+
+    /// The SSD's counters (WAF, GC, mapping cache...).
+    pub fn ssd(&self) -> &Ssd {
+        &self.ssd
+    }
+
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
+    fn finish(&mut self, d: Done, now_ns: u64, out: &mut Vec<Finished>) {
+        let Some(p) = self.inflight.remove(&d.completion.id) else {
+            return;
+        };
+        let bytes = p.cmd.blocks as usize * self.page as usize;
+        let mut result = if d.failed {
+            -libc::EIO
+        } else if p.cmd.op.has_data() {
+            bytes as i32
+        } else {
+            0
+        };
+        match d.payload {
+            Payload::Read(data) => {
+                if result >= 0 {
+                    // SAFETY: the engine owns this request until it is
+                    // finished (the `IoBufPtr` protocol).
+                    match unsafe { p.buf.slice_mut(bytes) } {
+                        Some(buf) => buf.copy_from_slice(&data[..bytes]),
+                        None => result = -libc::EINVAL,
+                    }
+                }
+                self.pool.push(data);
+            }
+            Payload::Write(data) => self.pool.push(data),
+            Payload::None => {
+                if p.cmd.op == IoOp::Read && result >= 0 {
+                    // A timing-only SSD keeps no data: reads return zeroes.
+                    // SAFETY: as above.
+                    if let Some(buf) = unsafe { p.buf.slice_mut(bytes) } {
+                        buf.fill(0);
+                    }
+                }
+            }
+        }
+        out.push(Finished {
+            queue: p.queue,
+            tag: p.tag,
+            op: p.cmd.op,
+            result,
+            done_ns: now_ns,
+        });
+    }
+}
+
+fn request_id(p: &Pending) -> u64 {
+    (u64::from(p.queue) << 16) | u64::from(p.tag)
+}
+
+impl Backend for FtlBackend {
+    fn block_size(&self) -> u32 {
+        self.page
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.ssd.logical_pages()
+    }
+
+    fn submit(&mut self, now_ns: u64, p: Pending) {
+        let t = match self.timing {
+            Timing::Off => self.vnow,
+            Timing::Emulate => now_ns,
+        };
+        let bytes = p.cmd.blocks as usize * self.page as usize;
+        let (op, payload) = match p.cmd.op {
+            IoOp::Read => (
+                Op::Read,
+                if self.keeps_data {
+                    Payload::Read(self.buffer(bytes))
+                } else {
+                    Payload::None
+                },
+            ),
+            IoOp::Write => {
+                if self.keeps_data {
+                    let mut data = self.buffer(bytes);
+                    // SAFETY: the engine owns this request until it is
+                    // finished (the `IoBufPtr` protocol).
+                    match unsafe { p.buf.slice_mut(bytes) } {
+                        Some(buf) => data.copy_from_slice(buf),
+                        None => {
+                            self.refused.push(refuse(&p, -libc::EINVAL, now_ns));
+                            return;
+                        }
+                    }
+                    (Op::Write, Payload::Write(data))
+                } else {
+                    (Op::Write, Payload::None)
+                }
+            }
+            // Write-zeroes is a write of zeroes: the SSD has no cheaper way
+            // that keeps the read-back contract.
+            IoOp::WriteZeroes => (
+                Op::Write,
+                if self.keeps_data {
+                    Payload::Write(self.buffer(bytes))
+                } else {
+                    Payload::None
+                },
+            ),
+            IoOp::Discard => (Op::Discard, Payload::None),
+            IoOp::Flush => (Op::Flush, Payload::None),
+        };
+        let Ok(pages) = u32::try_from(p.cmd.blocks) else {
+            self.refused.push(refuse(&p, -libc::EINVAL, now_ns));
+            return;
+        };
+        let req = Request {
+            id: request_id(&p),
+            op,
+            lpn: p.cmd.block,
+            pages,
+        };
+        match self.ssd.submit(t, req, payload) {
+            Ok(()) => {
+                self.inflight.insert(req.id, p);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, cmd = ?p.cmd, "SSD refused a request");
+                self.refused.push(refuse(&p, -libc::EIO, now_ns));
+            }
+        }
+    }
+
+    fn advance(&mut self, now_ns: u64, out: &mut Vec<Finished>) {
+        out.append(&mut self.refused);
+        let mut done = std::mem::take(&mut self.done);
+        match self.timing {
+            Timing::Emulate => self.ssd.advance(now_ns, &mut done),
+            Timing::Off => {
+                // Run the model to idle on its own clock.
+                while let Some(t) = self.ssd.next_event() {
+                    self.vnow = self.vnow.max(t);
+                    self.ssd.advance(self.vnow, &mut done);
+                }
+            }
+        }
+        for d in done.drain(..) {
+            self.finish(d, now_ns, out);
+        }
+        self.done = done;
+    }
+
+    fn next_event(&self) -> Option<u64> {
+        match self.timing {
+            Timing::Emulate => self.ssd.next_event(),
+            Timing::Off => None,
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.inflight.len() + self.refused.len()
+    }
+
+    fn shutdown(&mut self) -> Result<(), RequestError> {
+        let req = Request {
+            id: u64::MAX,
+            op: Op::Flush,
+            lpn: 0,
+            pages: 0,
+        };
+        let t = self.vnow.max(self.ssd.idle_at());
+        self.ssd
+            .submit(t, req, Payload::None)
+            .map_err(|e| RequestError::Device(e.to_string()))?;
+        let mut done = Vec::new();
+        while let Some(t) = self.ssd.next_event() {
+            self.ssd.advance(t, &mut done);
+        }
+        match self.ssd.fault() {
+            Some(f) => Err(RequestError::Device(f.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+fn refuse(p: &Pending, result: i32, now_ns: u64) -> Finished {
+    Finished {
+        queue: p.queue,
+        tag: p.tag,
+        op: p.cmd.op,
+        result,
+        done_ns: now_ns,
+    }
+}
