@@ -79,7 +79,7 @@ exercise() { # LABEL full|quick ADD-ARGS...
     check "$label-dd" dd_roundtrip "$dev" 8
     fig "$label dd-write $(grep -o '[0-9.]*[KMG]*B/s' /tmp/dd.w | tail -1) dd-read $(grep -o '[0-9.]*[KMG]*B/s' /tmp/dd.r | tail -1)"
     [ "$level" = full ] && check "$label-ext4" ext4_cycle "$dev"
-    check "$label-verify" ptsd ublk verify "$dev" --ops 400 --seed 7 --span 32M
+    check "$label-verify" ptsd ublk verify "$dev" --ops "$([ "$level" = full ] && echo 200 || echo 100)" --seed 7 --span 32M
     fig "$label $(grep -o 'read_p50_us=[0-9.]* read_p99_us=[0-9.]* write_p50_us=[0-9.]*' /tmp/check.out)"
     sleep 1.2 # the daemon publishes stats every second
     check "$label-stats" sh -c "ptsd ublk stats $id | grep -q '\"read\"'"
@@ -87,12 +87,29 @@ exercise() { # LABEL full|quick ADD-ARGS...
 }
 
 result boot PASS
-exercise mem-poll full --size 64M
-exercise mem-nopoll quick --size 64M --no-poll --sched fifo
-exercise mem-2q-mutex quick --size 64M --queues 2 --lock per-request --no-poll
-for scheme in ${PTSD_VM_FTL:-}; do
-    exercise "ftl-$scheme" full --ftl "$scheme" --size 64M --no-poll
-done
+exercise mem-poll full --mem --size 64M
+exercise mem-nopoll quick --mem --size 64M --no-poll --sched fifo
+exercise mem-2q-mutex quick --mem --size 64M --queues 2 --lock per-request --no-poll
+exercise ftl-ptsd full --ftl ptsd --size 128M --no-poll
+exercise ftl-dftl quick --ftl dftl --size 128M --no-poll
+exercise ftl-page quick --ftl page --size 128M --no-poll
+
+# Latency figures: guest-visible (verify tool, QD1) and target-side
+# (the daemon's histograms) 4 KiB read medians, with the NAND model's
+# timing emulated and off.
+timing_fig() { # LABEL ADD-ARGS...
+    label=$1; shift
+    dev=$(ptsd ublk add --daemon "$@") || { result "$label" FAIL "add"; return; }
+    id=$(dev_id "$dev")
+    check "$label" ptsd ublk verify "$dev" --ops 100 --seed 3 --span 4M --write-pct 30
+    guest=$(grep -o 'read_p50_us=[0-9.]*' /tmp/check.out)
+    sleep 1.2
+    target=$(ptsd ublk stats "$id" | grep -A8 '"read"' | grep -o '"p50_ns": [0-9]*' | grep -o '[0-9]*$')
+    fig "$label guest_$guest target_read_p50_us=$((target / 1000))"
+    ptsd ublk del "$id" >/dev/null
+}
+timing_fig timing-emulate-ptsd --ftl ptsd --size 128M --timing emulate --no-poll
+timing_fig timing-off-ptsd --ftl ptsd --size 128M --timing off --no-poll
 
 # Recovery: a file-backed device survives `kill -9` of its daemon.
 recovery() {

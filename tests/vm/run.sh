@@ -79,7 +79,7 @@ chmod +x "$rd/init"
 # --- boot --------------------------------------------------------------------
 out=$cache/console.log
 log "booting (TCG); console in $out"
-timeout "${PTSD_VM_TIMEOUT:-280}" qemu-system-x86_64 -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
+timeout "${PTSD_VM_TIMEOUT:-420}" qemu-system-x86_64 -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
     -kernel "$kdir/vmlinuz" -initrd "$cache/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1 ${PTSD_VM_APPEND:-}" > "$out" 2>&1 || true
 tr -d '\r' < "$out" > "$out.txt"

@@ -250,6 +250,11 @@ impl Engine {
         taken + finished
     }
 
+    /// When the backend next has something to release (emulated timing).
+    pub fn next_event(&self) -> Option<u64> {
+        self.backend.next_event()
+    }
+
     /// Requests inside the backend.
     pub fn in_flight(&self) -> usize {
         self.backend.in_flight()

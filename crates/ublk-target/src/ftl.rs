@@ -42,10 +42,10 @@ impl std::str::FromStr for Timing {
 /// use ptsd_ftl::{FtlConfig, StoreKind, Variant};
 /// use ptsd_ublk::backend::Backend;
 /// use ptsd_ublk::ftl::{FtlBackend, Timing};
-/// let mut cfg = FtlConfig::paper(Variant::WriteOpt, 16 << 20);
+/// let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
 /// cfg.store = StoreKind::Memory;
 /// let b = FtlBackend::new(cfg, Timing::Off).unwrap();
-/// assert_eq!(b.num_blocks(), 4096);
+/// assert_eq!(b.num_blocks(), 16384);
 /// ```
 pub struct FtlBackend {
     ssd: Ssd,

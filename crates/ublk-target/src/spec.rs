@@ -153,6 +153,10 @@ impl DeviceSpec {
                     FtlScheme::Ptsd => Variant::WriteOpt,
                 };
                 let mut cfg = FtlConfig::paper(variant, *bytes);
+                // The paper's 20 %-of-the-map budget is too small to hold
+                // even a few mapping pages on a tiny device.
+                let floor = 4 * u64::from(cfg.page_size);
+                cfg.map_memory_bytes = cfg.map_memory_bytes.map(|b| b.max(floor));
                 cfg.store = match store {
                     FtlStore::None => StoreKind::None,
                     FtlStore::Mem => StoreKind::Memory,
