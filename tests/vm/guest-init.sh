@@ -48,11 +48,16 @@ wait_state() { # ID STATE: wait up to 10 s for the device to reach STATE
     return 1
 }
 
+mbps() { # MiB START END (uptime seconds)
+    awk -v m="$1" -v a="$2" -v b="$3" 'BEGIN { d = b - a; if (d <= 0) d = 0.01; printf "%.1fMiB/s", m / d }'
+}
+
 dd_roundtrip() { # DEV MiB
     dd if=/dev/urandom of=/tmp/pattern bs=1M count="$2" 2>/dev/null &&
-    dd if=/tmp/pattern of="$1" bs=1M oflag=direct 2>/tmp/dd.w &&
-    dd if="$1" of=/tmp/back bs=1M count="$2" iflag=direct 2>/tmp/dd.r &&
-    cmp /tmp/pattern /tmp/back
+    t0=$(up) && dd if=/tmp/pattern of="$1" bs=1M oflag=direct 2>/dev/null &&
+    t1=$(up) && dd if="$1" of=/tmp/back bs=1M count="$2" iflag=direct 2>/dev/null &&
+    t2=$(up) && cmp /tmp/pattern /tmp/back &&
+    echo "dd-write $(mbps "$2" "$t0" "$t1") dd-read $(mbps "$2" "$t1" "$t2")" > /tmp/dd.fig
 }
 
 ext4_cycle() { # DEV
@@ -72,14 +77,15 @@ exercise() { # LABEL full|quick ADD-ARGS...
     label=$1; level=$2; shift 2
     if ! dev=$(ptsd ublk add --daemon "$@" 2>/tmp/add.err); then
         result "$label-add" FAIL "$(tail -n 3 /tmp/add.err | tr '\n' ' ')"
+        tail -n 5 /run/ptsd-ublk/daemon.log
         return
     fi
     result "$label-add" PASS "$dev"
     id=$(dev_id "$dev")
     check "$label-dd" dd_roundtrip "$dev" 8
-    fig "$label dd-write $(grep -o '[0-9.]*[KMG]*B/s' /tmp/dd.w | tail -1) dd-read $(grep -o '[0-9.]*[KMG]*B/s' /tmp/dd.r | tail -1)"
+    fig "$label $(cat /tmp/dd.fig 2>/dev/null)"
     [ "$level" = full ] && check "$label-ext4" ext4_cycle "$dev"
-    check "$label-verify" ptsd ublk verify "$dev" --ops "$([ "$level" = full ] && echo 200 || echo 100)" --seed 7 --span 32M
+    check "$label-verify" ptsd ublk verify "$dev" --ops "$([ "$level" = full ] && echo 150 || echo 60)" --seed 7 --span 32M
     fig "$label $(grep -o 'read_p50_us=[0-9.]* read_p99_us=[0-9.]* write_p50_us=[0-9.]*' /tmp/check.out)"
     sleep 1.2 # the daemon publishes stats every second
     check "$label-stats" sh -c "ptsd ublk stats $id | grep -q '\"read\"'"
@@ -101,7 +107,7 @@ timing_fig() { # LABEL ADD-ARGS...
     label=$1; shift
     dev=$(ptsd ublk add --daemon "$@") || { result "$label" FAIL "add"; return; }
     id=$(dev_id "$dev")
-    check "$label" ptsd ublk verify "$dev" --ops 100 --seed 3 --span 4M --write-pct 30
+    check "$label" ptsd ublk verify "$dev" --ops 80 --seed 3 --span 4M --write-pct 30
     guest=$(grep -o 'read_p50_us=[0-9.]*' /tmp/check.out)
     sleep 1.2
     target=$(ptsd ublk stats "$id" | grep -A8 '"read"' | grep -o '"p50_ns": [0-9]*' | grep -o '[0-9]*$')

@@ -51,7 +51,8 @@ fn ublk_err(id: i32, what: &'static str) -> impl FnOnce(libublk::UblkError) -> K
     move |e| KernelError::Ublk {
         id,
         what,
-        err: e.to_string(),
+        // Debug keeps the errno that Display drops ("other failure").
+        err: format!("{e} ({e:?})"),
     }
 }
 
@@ -520,7 +521,21 @@ pub fn delete(id: i32) -> Result<(), KernelError> {
         return Err(KernelError::BadId(id));
     }
     let ctrl = UblkCtrl::new_simple(id).map_err(ublk_err(id, "open"))?;
+    let daemon = std::fs::read_to_string(pid_path(id))
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::pid_t>().ok());
     ctrl.del_dev().map_err(ublk_err(id, "delete"))?;
+    // Let the daemon finish (final stats, pid file) so the id can be reused
+    // at once.
+    if let Some(pid) = daemon {
+        for _ in 0..100 {
+            // SAFETY: signal 0 only checks that the process exists.
+            if unsafe { libc::kill(pid, 0) } != 0 || !pid_path(id).exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     Ok(())
 }
 
