@@ -465,7 +465,7 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
             ),
             read: rec.summary(Op::Read),
             write: rec.summary(Op::Write),
-            all: rec.summary(Op::Flush),
+            all: rec.summary_all(),
             read_cdf: rec.cdf(Op::Read),
             write_cdf: rec.cdf(Op::Write),
             wall_seconds,

@@ -32,11 +32,14 @@ use crate::FtlStats;
 const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
 
 /// Per-direction latency histograms (nanoseconds, 3 significant digits).
+/// Each completion is recorded once, in its direction's histogram; "all" is
+/// their sum, built when asked for.
 #[derive(Clone, Debug)]
 pub struct LatencyRecorder {
     read: Histogram<u64>,
     write: Histogram<u64>,
-    all: Histogram<u64>,
+    /// Discards and flushes.
+    other: Histogram<u64>,
 }
 
 impl Default for LatencyRecorder {
@@ -54,7 +57,7 @@ impl LatencyRecorder {
         LatencyRecorder {
             read: histogram(),
             write: histogram(),
-            all: histogram(),
+            other: histogram(),
         }
     }
 
@@ -65,30 +68,44 @@ impl LatencyRecorder {
         match c.op {
             Op::Read => self.read.saturating_record(ns),
             Op::Write => self.write.saturating_record(ns),
-            Op::Discard | Op::Flush => {}
+            Op::Discard | Op::Flush => self.other.saturating_record(ns),
         }
-        self.all.saturating_record(ns);
     }
 
     /// Forget everything recorded.
     pub fn clear(&mut self) {
         self.read.reset();
         self.write.reset();
-        self.all.reset();
+        self.other.reset();
     }
 
-    /// The histogram of one direction; `Discard` and `Flush` give "all".
+    /// The histogram of one direction (`Discard` and `Flush` share one).
     pub fn histogram(&self, op: Op) -> &Histogram<u64> {
         match op {
             Op::Read => &self.read,
             Op::Write => &self.write,
-            Op::Discard | Op::Flush => &self.all,
+            Op::Discard | Op::Flush => &self.other,
         }
     }
 
-    /// Mean and percentiles of one direction (`Flush` or `Discard`: all).
+    /// Every completion, whatever its direction.
+    pub fn all(&self) -> Histogram<u64> {
+        let mut all = self.read.clone();
+        for h in [&self.write, &self.other] {
+            // Same bounds and precision, and 1 h saturates: cannot fail.
+            let _ = all.add(h);
+        }
+        all
+    }
+
+    /// Mean and percentiles of one direction.
     pub fn summary(&self, op: Op) -> LatencySummary {
         LatencySummary::of(self.histogram(op))
+    }
+
+    /// Mean and percentiles of all completions.
+    pub fn summary_all(&self) -> LatencySummary {
+        LatencySummary::of(&self.all())
     }
 
     /// The cumulative distribution of one direction, for plotting.
@@ -395,7 +412,8 @@ mod tests {
         let w = rec.summary(Op::Write);
         assert_eq!(w.count, 1);
         assert!((w.max_us - 5000.0).abs() < 5.0);
-        assert_eq!(rec.summary(Op::Flush).count, 1001);
+        assert_eq!(rec.summary_all().count, 1001);
+        assert_eq!(rec.summary(Op::Flush).count, 0);
         rec.clear();
         assert_eq!(rec.summary(Op::Read), LatencySummary::default());
     }
@@ -434,7 +452,7 @@ mod tests {
             throughput: Throughput::new((1, 1, 0), (4096, 0), 120_000),
             read: rec.summary(Op::Read),
             write: rec.summary(Op::Write),
-            all: rec.summary(Op::Flush),
+            all: rec.summary_all(),
             read_cdf: rec.cdf(Op::Read),
             write_cdf: Vec::new(),
             wall_seconds: 0.001,
