@@ -48,6 +48,8 @@ pub(crate) struct Flash {
     pub stamp: Vec<u64>,
     /// Whether the block is some stream's open block.
     pub open: Vec<bool>,
+    /// Keep `stamp` (cost-benefit GC needs block ages; greedy does not).
+    pub track_age: bool,
     free: Vec<VecDeque<u32>>,
     frontier: [Vec<u32>; 3],
 }
@@ -65,6 +67,7 @@ impl Flash {
             erases: vec![0; blocks],
             stamp: vec![0; blocks],
             open: vec![false; blocks],
+            track_age: true,
             free: (0..chips)
                 .map(|c| (c * blocks_per_chip..(c + 1) * blocks_per_chip).collect())
                 .collect(),
@@ -130,7 +133,9 @@ impl Flash {
         let b = self.block_of(ppa) as usize;
         self.p2l[ppa as usize] = owner;
         self.valid[b] += 1;
-        self.stamp[b] = now;
+        if self.track_age {
+            self.stamp[b] = now;
+        }
     }
 
     #[inline]
@@ -142,7 +147,9 @@ impl Flash {
         );
         self.p2l[ppa as usize] = INVALID;
         self.valid[b] -= 1;
-        self.stamp[b] = now;
+        if self.track_age {
+            self.stamp[b] = now;
+        }
     }
 
     /// The block on `chip` GC should clean next, if any has invalid pages.

@@ -139,7 +139,7 @@ pub struct Ssd {
     arrival: u64,
     slots: Vec<Option<Done>>,
     free_slots: Vec<u32>,
-    heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
 
     write_stop: bool,
     held: Option<(Queued, u64)>,
@@ -168,6 +168,7 @@ pub struct Ssd {
     map_stale: Vec<u64>,
     /// Scratch for the `SimDevice` adapter.
     sim_done: Vec<Done>,
+    advances: u64,
 }
 
 impl Ssd {
@@ -214,7 +215,11 @@ impl Ssd {
                 cfg.t_erase_ns,
                 cfg.t_xfer_ns,
             ),
-            flash: Flash::new(g.chips, g.blocks_per_chip, g.pages_per_block),
+            flash: {
+                let mut f = Flash::new(g.chips, g.blocks_per_chip, g.pages_per_block);
+                f.track_age = cfg.gc.policy == crate::config::GcPolicy::CostBenefit;
+                f
+            },
             l2p: vec![UNMAPPED; g.logical_pages as usize],
             gtd: vec![UNMAPPED; g.map_pages as usize],
             gtd_seq: vec![0; g.map_pages as usize],
@@ -268,6 +273,7 @@ impl Ssd {
                 Vec::new()
             },
             sim_done: Vec::with_capacity(256),
+            advances: 0,
             g,
             cfg,
         }
@@ -288,6 +294,9 @@ impl Ssd {
     }
 
     /// Counters since creation or the last [`reset_stats`](Self::reset_stats).
+    /// The derived figures (`waf`, `map_memory_bytes`, `clean_share`) are
+    /// refreshed every 256 `advance` calls; call
+    /// [`refresh_stats`](Self::refresh_stats) first for exact ones.
     pub fn stats(&self) -> &FtlStats {
         &self.stats
     }
@@ -384,7 +393,7 @@ impl Ssd {
     /// The earliest time at which [`advance`](Self::advance) would do
     /// something: complete a request or dispatch one. `None` when idle.
     pub fn next_event(&self) -> Option<u64> {
-        let c = self.heap.peek().map(|Reverse((t, _, _))| *t);
+        let c = self.heap.peek().map(|Reverse((t, _))| *t);
         let d = self.next_dispatch().map(|(t, _)| t);
         match (c, d) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -396,15 +405,29 @@ impl Ssd {
     /// scheduler order, placing their NAND operations on the timelines, and
     /// append every request completed by `now_ns` to `out` (in completion
     /// order).
+    ///
+    /// Events are taken in time order, completions before dispatches at the
+    /// same time: if a request completes at or before the next dispatch,
+    /// `advance` returns the completions up to that dispatch and stops there,
+    /// so that what the host submits in reaction (at the completion time) is
+    /// in the queue before the controller decides (read priority depends on
+    /// it). Call [`next_event`](Self::next_event) again to go on.
     pub fn advance(&mut self, now_ns: u64, out: &mut Vec<Done>) {
+        let mut limit = now_ns;
         while let Some((t, pick)) = self.next_dispatch() {
             if t > now_ns {
                 break;
             }
+            if let Some(&Reverse((c, _))) = self.heap.peek() {
+                if c <= t {
+                    limit = t;
+                    break;
+                }
+            }
             self.dispatch(t, pick);
         }
-        while let Some(&Reverse((t, _, slot))) = self.heap.peek() {
-            if t > now_ns {
+        while let Some(&Reverse((t, slot))) = self.heap.peek() {
+            if t > limit {
                 break;
             }
             self.heap.pop();
@@ -413,10 +436,16 @@ impl Ssd {
             }
             self.free_slots.push(slot);
         }
-        self.refresh_stats();
+        // Derived figures cost dynamic calls: refresh them now and then.
+        self.advances = self.advances.wrapping_add(1);
+        if self.advances % 256 == 0 {
+            self.refresh_stats();
+        }
     }
 
-    fn refresh_stats(&mut self) {
+    /// Recompute the derived figures of [`stats`](Self::stats) (WAF,
+    /// mapping memory, clean share); `advance` does it every 256 calls.
+    pub fn refresh_stats(&mut self) {
         self.stats.refresh_waf();
         self.stats.map_memory_bytes = self.cache.memory_bytes();
         self.stats.clean_share = self.cache.clean_share();
@@ -527,7 +556,7 @@ impl Ssd {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.heap.push(Reverse((done_ns, q.arrival, slot)));
+        self.heap.push(Reverse((done_ns, slot)));
     }
 
     // ---- host operations -------------------------------------------------
@@ -564,7 +593,11 @@ impl Ssd {
             } else {
                 self.stats.cmt_read_misses += 1;
             }
-            let ready = self.exec_acts(&acts, t, Cause::Read)?;
+            let ready = if acts.is_empty() {
+                t
+            } else {
+                self.exec_acts(&acts, t, Cause::Read)?
+            };
             if e == UNMAPPED {
                 if let Payload::Read(b) = &mut q.payload {
                     b[i as usize * page..(i as usize + 1) * page].fill(0);
@@ -752,9 +785,11 @@ impl Ssd {
             } else {
                 self.stats.cmt_write_misses += 1;
             }
-            if let Err(e) = self.exec_acts(&acts, t, Cause::Write) {
-                result = Err(e);
-                break;
+            if !acts.is_empty() {
+                if let Err(e) = self.exec_acts(&acts, t, Cause::Write) {
+                    result = Err(e);
+                    break;
+                }
             }
         }
         self.put_acts(acts);
@@ -1267,7 +1302,11 @@ impl crate::sim::SimDevice for Ssd {
     }
 
     fn stats(&self) -> FtlStats {
-        Ssd::stats(self).clone()
+        let mut s = Ssd::stats(self).clone();
+        s.refresh_waf();
+        s.map_memory_bytes = self.cache.memory_bytes();
+        s.clean_share = self.cache.clean_share();
+        s
     }
 
     fn reset_stats(&mut self) {

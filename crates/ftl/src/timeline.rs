@@ -48,7 +48,12 @@ impl Channel {
             }
             _ => {}
         }
-        let mut i = self.busy.partition_point(|&(_, end)| end <= t);
+        // Reservations lie mostly in the near future: scan back from the end
+        // to the first interval that ends after `t`.
+        let mut i = self.busy.len();
+        while i > 0 && self.busy[i - 1].1 > t {
+            i -= 1;
+        }
         let mut start = t;
         loop {
             if i == self.busy.len() {
