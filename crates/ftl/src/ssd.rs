@@ -741,6 +741,15 @@ impl Ssd {
         let outer = self.horizon;
         self.horizon = t;
         let epp = self.g.entries_per_map_page;
+        // Touch the owner entries of the pages being replaced all at once:
+        // independent cache misses overlap, in the loop below they would not.
+        let mut touch = 0u32;
+        for &prev in &self.buf.prev {
+            if prev != UNMAPPED {
+                touch ^= self.flash.p2l[prev as usize];
+            }
+        }
+        std::hint::black_box(touch);
         let mut acts = self.take_acts();
         let mut result = Ok(());
         for slot in 0..self.buf.len() {
@@ -993,6 +1002,19 @@ impl Ssd {
             }
             let mut moved = std::mem::take(&mut self.moved);
             moved.clear();
+            if pool == POOL_DATA {
+                // Overlap the cache misses on the owners' map entries.
+                let first = (victim * ppb) as usize;
+                let mut touch = 0u32;
+                for &owner in
+                    &self.flash.p2l[first..first + self.flash.wp[victim as usize] as usize]
+                {
+                    if owner != INVALID {
+                        touch ^= self.l2p[owner as usize];
+                    }
+                }
+                std::hint::black_box(touch);
+            }
             for off in 0..self.flash.wp[victim as usize] {
                 let src = victim * ppb + off;
                 let owner = self.flash.p2l[src as usize];
