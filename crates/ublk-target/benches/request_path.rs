@@ -9,12 +9,14 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ptsd_blockdev::MemDevice;
-use ptsd_ublk::backend::DirectBackend;
+use ptsd_ublk::backend::{Backend, DirectBackend};
 use ptsd_ublk::engine::{serve, serve_once, Clock, Engine, EngineConfig, QueueSide};
 use ptsd_ublk::fake::fake_queue;
+use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::handoff::LockMode;
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::sched::SchedKind;
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
 use std::time::{Duration, Instant};
 
 const BS: u32 = 4096;
@@ -30,11 +32,41 @@ fn reads(batch: u16, round: u64) -> Vec<(u16, RawDesc)> {
         .collect()
 }
 
+fn backends() -> Vec<(String, Box<dyn Backend>)> {
+    let mut v: Vec<(String, Box<dyn Backend>)> = Vec::new();
+    for sched in [SchedKind::Fifo, SchedKind::ReadPriority] {
+        v.push((
+            format!("mem-{sched:?}"),
+            Box::new(DirectBackend::new(
+                MemDevice::new(BS, BLOCKS).unwrap(),
+                sched,
+            )),
+        ));
+    }
+    for (name, store) in [
+        ("ftl-ptsd-nostore", FtlStore::None),
+        ("ftl-ptsd-mem", FtlStore::Mem),
+    ] {
+        let spec = DeviceSpec {
+            backend: BackendSpec::Ftl {
+                scheme: FtlScheme::Ptsd,
+                bytes: BLOCKS * u64::from(BS),
+                store,
+                timing: Timing::Off,
+            },
+            sched: None,
+            lock_mode: LockMode::Swap,
+            poll: true,
+        };
+        v.push((name.to_string(), spec.build_backend().unwrap()));
+    }
+    v
+}
+
 fn inproc(c: &mut Criterion) {
     let mut g = c.benchmark_group("inproc");
     g.throughput(Throughput::Elements(u64::from(BATCH)));
-    for sched in [SchedKind::Fifo, SchedKind::ReadPriority] {
-        let backend = DirectBackend::new(MemDevice::new(BS, BLOCKS).unwrap(), sched);
+    for (name, backend) in backends() {
         let config = EngineConfig {
             queues: 1,
             depth: BATCH,
@@ -42,28 +74,42 @@ fn inproc(c: &mut Criterion) {
             lock_mode: LockMode::Swap,
             poll: true,
         };
-        let (mut engine, shared) = Engine::new(Box::new(backend), config, Clock::wall());
+        let (mut engine, shared) = Engine::new(backend, config, Clock::wall());
         let (mut queue, handle) = fake_queue(BATCH, BS as usize, false);
         let mut side = QueueSide::new(shared, 0);
         let mut scratch = Vec::new();
         let mut done = Vec::new();
+        // Write every block once so reads go through the mapping to (modelled)
+        // NAND rather than short-cutting on unmapped pages.
+        let page = vec![0x5au8; BS as usize];
+        for first in (0..BLOCKS).step_by(BATCH as usize) {
+            for t in 0..BATCH {
+                let block = first + u64::from(t);
+                handle
+                    .submit(t, RawDesc::new(op::WRITE, block * 8, 8), Some(&page))
+                    .unwrap();
+            }
+            serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+            engine.step();
+            serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+            done.clear();
+            handle.drain_completions(&mut done);
+            assert!(done.iter().all(|&(_, r)| r == BS as i32));
+        }
         let batches: Vec<_> = (0..16).map(|r| reads(BATCH, r)).collect();
         let mut round = 0usize;
-        g.bench_function(
-            BenchmarkId::new("read4k-batch64", format!("{sched:?}")),
-            |b| {
-                b.iter(|| {
-                    handle.submit_many(&batches[round % batches.len()]).unwrap();
-                    round += 1;
-                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-                    engine.step();
-                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-                    done.clear();
-                    handle.drain_completions(&mut done);
-                    assert_eq!(done.len(), BATCH as usize);
-                })
-            },
-        );
+        g.bench_function(BenchmarkId::new("read4k-batch64", &name), |b| {
+            b.iter(|| {
+                handle.submit_many(&batches[round % batches.len()]).unwrap();
+                round += 1;
+                serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+                engine.step();
+                serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+                done.clear();
+                handle.drain_completions(&mut done);
+                assert_eq!(done.len(), BATCH as usize);
+            })
+        });
     }
     g.finish();
 }
