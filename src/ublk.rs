@@ -162,7 +162,13 @@ fn add(args: AddArgs) -> Result<()> {
         None => BackendSpec::Ftl {
             scheme: args.ftl.unwrap_or(FtlScheme::Ptsd),
             bytes: parse_size(&args.size)?,
-            store: FtlStore::parse(&args.store),
+            store: match FtlStore::parse(&args.store) {
+                FtlStore::File(p) => FtlStore::File(
+                    std::path::absolute(&p)
+                        .with_context(|| format!("store file {}", p.display()))?,
+                ),
+                other => other,
+            },
             timing: args.timing,
         },
     };

@@ -64,7 +64,12 @@ pub struct FtlBackend {
 impl FtlBackend {
     pub fn new(cfg: FtlConfig, timing: Timing) -> Result<Self, ptsd_ftl::FtlError> {
         let keeps_data = !matches!(cfg.store, ptsd_ftl::StoreKind::None);
-        let ssd = Ssd::new(cfg)?;
+        let ssd = match cfg.store {
+            // A persistent image: formatted if new, else reopened from its
+            // checkpoint or recovered from OOB after a crash.
+            ptsd_ftl::StoreKind::File { .. } => Ssd::open(cfg)?,
+            _ => Ssd::new(cfg)?,
+        };
         let page = ssd.page_size();
         Ok(FtlBackend {
             ssd,
@@ -260,10 +265,13 @@ impl Backend for FtlBackend {
         while let Some(t) = self.ssd.next_event() {
             self.ssd.advance(t, &mut done);
         }
-        match self.ssd.fault() {
-            Some(f) => Err(RequestError::Device(f.to_string())),
-            None => Ok(()),
+        if let Some(f) = self.ssd.fault() {
+            return Err(RequestError::Device(f.to_string()));
         }
+        // Checkpoint a persistent image so the next open is quick.
+        self.ssd
+            .shutdown()
+            .map_err(|e| RequestError::Device(e.to_string()))
     }
 }
 

@@ -249,3 +249,58 @@ impl Rig {
         all
     }
 }
+
+#[test]
+fn a_file_store_keeps_flushed_data_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = DeviceSpec {
+        backend: BackendSpec::Ftl {
+            scheme: FtlScheme::Ptsd,
+            bytes: 16 << 20,
+            store: FtlStore::File(dir.path().join("ssd.img")),
+            timing: Timing::Off,
+        },
+        sched: None,
+        lock_mode: LockMode::Swap,
+        poll: true,
+    };
+    let config = EngineConfig {
+        queues: 1,
+        depth: 4,
+        max_io_bytes: BS as u32,
+        lock_mode: LockMode::Swap,
+        poll: true,
+    };
+    for round in 0..2u8 {
+        let (engine, shared) = Engine::new(spec.build_backend().unwrap(), config, Clock::wall());
+        let worker = engine.spawn().unwrap();
+        let (mut queue, handle) = fake_queue(4, BS, true);
+        let mut side = QueueSide::new(shared.clone(), 0);
+        let server = std::thread::spawn(move || ptsd_ublk::serve(&mut queue, &mut side));
+        let wait = |h: &FakeHandle| h.wait_completions(1, std::time::Duration::from_secs(10));
+        if round == 1 {
+            // What round 0 flushed is there after the restart.
+            handle
+                .submit(0, RawDesc::new(op::READ, 40 * SPB, 8), None)
+                .unwrap();
+            assert_eq!(wait(&handle), vec![(0, BS as i32)]);
+            assert_eq!(handle.read_buffer(0, BS).unwrap(), pattern(0, BS));
+        }
+        handle
+            .submit(
+                1,
+                RawDesc::new(op::WRITE, 40 * SPB, 8),
+                Some(&pattern(round, BS)),
+            )
+            .unwrap();
+        assert_eq!(wait(&handle), vec![(1, BS as i32)]);
+        handle
+            .submit(2, RawDesc::new(op::FLUSH, u64::MAX, 0), None)
+            .unwrap();
+        assert_eq!(wait(&handle), vec![(2, 0)]);
+        handle.close();
+        server.join().unwrap();
+        shared.stop();
+        drop(worker.join().unwrap());
+    }
+}
