@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::format::{dirent_size, encode_dir_block, RawDirent, BLOCK_SIZE, DIR_HEADER, NAME_MAX};
+use crate::format::{
+    dirent_size, put_dirent, seal_dir_block, RawDirent, BLOCK_SIZE, DIR_HEADER, NAME_MAX,
+};
 
 /// Readdir cookies below this are `.` and `..`.
 pub const FIRST_POS: u64 = 3;
@@ -26,10 +28,26 @@ pub struct DirEnt {
     pub blk: u32,
 }
 
-#[derive(Default, Clone, Debug)]
+/// One directory block: its entries and its encoded image (kept so a
+/// create appends one entry instead of re-encoding the block).
+#[derive(Clone, Debug)]
 struct DirBlock {
     used: usize,
     positions: Vec<u64>,
+    image: Box<[u8]>,
+    /// Listed in `DirIndex::roomy`.
+    roomy: bool,
+}
+
+impl DirBlock {
+    fn empty() -> Self {
+        DirBlock {
+            used: DIR_HEADER,
+            positions: Vec::new(),
+            image: vec![0u8; BLOCK_SIZE].into_boxed_slice(),
+            roomy: false,
+        }
+    }
 }
 
 /// The in-memory index of one directory.
@@ -55,10 +73,7 @@ impl DirIndex {
     pub fn from_blocks(blocks: Vec<Vec<RawDirent>>) -> Result<Self, String> {
         let mut d = DirIndex::new();
         for (bi, entries) in blocks.into_iter().enumerate() {
-            let mut blk = DirBlock {
-                used: DIR_HEADER,
-                positions: Vec::with_capacity(entries.len()),
-            };
+            let mut blk = DirBlock::empty();
             for e in entries {
                 if e.pos < FIRST_POS || d.by_pos.contains_key(&e.pos) {
                     return Err(format!("bad or duplicate entry position {}", e.pos));
@@ -70,7 +85,7 @@ impl DirIndex {
                         String::from_utf8_lossy(&name)
                     ));
                 }
-                blk.used += dirent_size(name.len());
+                blk.used = put_dirent(&mut blk.image, blk.used, e.pos, e.ino, e.kind, &name);
                 blk.positions.push(e.pos);
                 d.next_pos = d.next_pos.max(e.pos + 1);
                 d.by_pos.insert(e.pos, name.clone());
@@ -85,6 +100,7 @@ impl DirIndex {
                 );
             }
             if BLOCK_SIZE - blk.used >= ROOMY {
+                blk.roomy = true;
                 d.roomy.push(bi as u32);
             }
             d.blocks.push(blk);
@@ -126,16 +142,14 @@ impl DirIndex {
                 return Some(b);
             }
             self.roomy.pop();
+            self.blocks[b as usize].roomy = false;
         }
         None
     }
 
     /// Add an empty directory block; returns its number.
     pub fn push_block(&mut self) -> u32 {
-        self.blocks.push(DirBlock {
-            used: DIR_HEADER,
-            positions: Vec::new(),
-        });
+        self.blocks.push(DirBlock::empty());
         (self.blocks.len() - 1) as u32
     }
 
@@ -151,7 +165,7 @@ impl DirIndex {
             blk,
         };
         let b = &mut self.blocks[blk as usize];
-        b.used += dirent_size(name.len());
+        b.used = put_dirent(&mut b.image, b.used, pos, ino, kind, name);
         b.positions.push(pos);
         let name: Box<[u8]> = name.into();
         self.by_pos.insert(pos, name.clone());
@@ -164,7 +178,22 @@ impl DirIndex {
         let e = self.by_name.get_mut(name)?;
         e.ino = ino;
         e.kind = kind;
-        Some(*e)
+        let e = *e;
+        self.rebuild(e.blk);
+        Some(e)
+    }
+
+    /// Re-encode the image of block `blk` from its entries.
+    fn rebuild(&mut self, blk: u32) {
+        let b = &mut self.blocks[blk as usize];
+        let mut o = DIR_HEADER;
+        for p in &b.positions {
+            let name = &self.by_pos[p];
+            let e = &self.by_name[name];
+            o = put_dirent(&mut b.image, o, e.pos, e.ino, e.kind, name);
+        }
+        b.image[o..].fill(0);
+        b.used = o;
     }
 
     /// Remove an entry.
@@ -172,11 +201,13 @@ impl DirIndex {
         let e = self.by_name.remove(name)?;
         self.by_pos.remove(&e.pos);
         let b = &mut self.blocks[e.blk as usize];
-        b.used -= dirent_size(name.len());
         if let Some(i) = b.positions.iter().position(|&p| p == e.pos) {
-            b.positions.swap_remove(i);
+            b.positions.remove(i);
         }
-        if BLOCK_SIZE - b.used >= ROOMY && !self.roomy.contains(&e.blk) {
+        self.rebuild(e.blk);
+        let b = &mut self.blocks[e.blk as usize];
+        if BLOCK_SIZE - b.used >= ROOMY && !b.roomy {
+            b.roomy = true;
             self.roomy.push(e.blk);
         }
         Some(e)
@@ -185,14 +216,9 @@ impl DirIndex {
     /// Encode directory block `blk` of directory `owner`.
     pub fn encode_block(&self, owner: u64, blk: u32) -> Vec<u8> {
         let b = &self.blocks[blk as usize];
-        encode_dir_block(
-            owner,
-            b.positions.iter().map(|p| {
-                let name = &self.by_pos[p];
-                let e = &self.by_name[name];
-                (e.pos, e.ino, e.kind, &name[..])
-            }),
-        )
+        let mut out = b.image.to_vec();
+        seal_dir_block(&mut out, owner, b.positions.len() as u16, b.used);
+        out
     }
 
     /// Entries with position `>= from`, in position order.

@@ -162,6 +162,8 @@ type Writes = BTreeMap<u64, Vec<u8>>;
 pub struct FileSystem {
     store: Arc<dyn Store>,
     sb: Mutex<Superblock>,
+    /// The superblock fields that never change while mounted.
+    layout: Layout,
     alloc: Allocator,
     shards: Vec<Mutex<HashMap<u64, Arc<Mutex<Inode>>>>>,
     generation: AtomicU64,
@@ -319,6 +321,14 @@ impl Held {
     }
 }
 
+#[derive(Clone, Copy)]
+struct Layout {
+    root: u64,
+    orphan: u64,
+    data_start: u64,
+    num_blocks: u64,
+}
+
 /// Why an inode could not be loaded.
 enum LoadErr {
     /// Not an inode (freed, or a stale number).
@@ -378,6 +388,12 @@ impl FileSystem {
         let mut fs = FileSystem {
             store: store.clone(),
             sb: Mutex::new(sb.clone()),
+            layout: Layout {
+                root: sb.root_ino,
+                orphan: sb.orphan_ino,
+                data_start: sb.data_start,
+                num_blocks: sb.num_blocks,
+            },
             alloc,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             generation: AtomicU64::new(seed),
@@ -448,7 +464,7 @@ impl FileSystem {
 
     /// The root directory's inode number.
     pub fn root(&self) -> u64 {
-        self.sb.lock().root_ino
+        self.layout.root
     }
 
     /// What the store is (durability mode).
@@ -471,10 +487,7 @@ impl FileSystem {
     }
 
     fn load_raw(&self, ino: u64) -> Result<Inode, LoadErr> {
-        let (data_start, num_blocks) = {
-            let sb = self.sb.lock();
-            (sb.data_start, sb.num_blocks)
-        };
+        let (data_start, num_blocks) = (self.layout.data_start, self.layout.num_blocks);
         if ino < data_start || ino >= num_blocks || !self.alloc.is_used(ino) {
             return Err(LoadErr::Stale);
         }
@@ -1049,7 +1062,7 @@ impl FileSystem {
         if name == b".." {
             return Err(Errno::ENOTEMPTY);
         }
-        let orphan = self.sb.lock().orphan_ino;
+        let orphan = self.layout.orphan;
         loop {
             let mut held = self.lock_sorted(&[parent])?;
             let e = {
@@ -1173,7 +1186,7 @@ impl FileSystem {
         if name == b"." || name == b".." {
             return Err(Errno::EINVAL);
         }
-        let orphan = self.sb.lock().orphan_ino;
+        let orphan = self.layout.orphan;
         let _cross = (parent != newparent).then(|| self.rename_lock.lock());
         loop {
             let mut held = self.lock_sorted(&[parent, newparent])?;
@@ -1406,7 +1419,7 @@ impl FileSystem {
 
     /// A file was closed for the last time; frees it if it was unlinked.
     pub fn release(&self, ino: u64) -> Result<(), Errno> {
-        let orphan = self.sb.lock().orphan_ino;
+        let orphan = self.layout.orphan;
         loop {
             let arc = match self.shard(ino).lock().get(&ino) {
                 Some(a) => a.clone(),
@@ -1457,7 +1470,7 @@ impl FileSystem {
     }
 
     fn free_orphans(&self) -> Result<u64, Errno> {
-        let orphan = self.sb.lock().orphan_ino;
+        let orphan = self.layout.orphan;
         let entries = self.readdir(orphan, 2, usize::MAX)?;
         let mut n = 0;
         for e in entries {

@@ -529,6 +529,27 @@ pub fn encode_dir_block<'a>(
     b
 }
 
+/// Write one entry at byte `o` of a directory block image; returns the
+/// offset after it.
+pub fn put_dirent(b: &mut [u8], o: usize, pos: u64, ino: u64, kind: u8, name: &[u8]) -> usize {
+    put_u64(b, o, pos);
+    put_u64(b, o + 8, ino);
+    b[o + 16] = kind;
+    b[o + 17] = name.len() as u8;
+    b[o + 18..o + 18 + name.len()].copy_from_slice(name);
+    o + dirent_size(name.len())
+}
+
+/// Seal a directory block image whose entries (`count` of them, ending at
+/// byte `used`) are already in place.
+pub fn seal_dir_block(b: &mut [u8], owner: u64, count: u16, used: usize) {
+    put_u32(b, 0, DIR_MAGIC);
+    put_u64(b, 8, owner);
+    put_u16(b, 16, count);
+    put_u16(b, 18, used as u16);
+    seal(b, 4);
+}
+
 /// Decode a directory block.
 pub fn decode_dir_block(b: &[u8], blk: u64, owner: u64) -> Result<Vec<RawDirent>, FormatError> {
     check(b, 4, DIR_MAGIC, "directory block", blk)?;
