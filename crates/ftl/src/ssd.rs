@@ -166,6 +166,8 @@ pub struct Ssd {
     /// Persistent store: mapping pages whose flash copy is older than the
     /// map (bit per mapping page), written at a checkpoint.
     map_stale: Vec<u64>,
+    /// When each block's last erase ends (a program must wait for it).
+    block_ready: Vec<u64>,
     /// Scratch for the `SimDevice` adapter.
     sim_done: Vec<Done>,
     advances: u64,
@@ -274,6 +276,7 @@ impl Ssd {
             },
             sim_done: Vec::with_capacity(256),
             advances: 0,
+            block_ready: vec![0; g.total_blocks() as usize],
             g,
             cfg,
         }
@@ -1002,6 +1005,7 @@ impl Ssd {
             }
             let mut moved = std::mem::take(&mut self.moved);
             moved.clear();
+            let mut copies_end = t;
             if pool == POOL_DATA {
                 // Overlap the cache misses on the owners' map entries.
                 let first = (victim * ppb) as usize;
@@ -1029,7 +1033,7 @@ impl Ssd {
                         .ok_or(FtlError::NoSpace)?,
                     None => return Err(FtlError::NoSpace),
                 };
-                self.op_copyback(chip, t);
+                copies_end = copies_end.max(self.op_copyback(chip, t));
                 self.seq += 1;
                 if self.has_data {
                     let kind = if pool == POOL_DATA {
@@ -1088,7 +1092,9 @@ impl Ssd {
             } else if self.has_data {
                 self.store.erase(victim * ppb, ppb)?;
             }
-            self.op_erase(chip, t);
+            // The erase follows the copies; the block is usable after it.
+            let erased = self.op_erase(chip, copies_end);
+            self.block_ready[victim as usize] = erased;
             self.flash.erase(victim);
             self.stats.erases += 1;
             let ec = self.flash.erases[victim as usize];
@@ -1211,6 +1217,7 @@ impl Ssd {
 
     #[inline]
     fn op_program(&mut self, ppa: u32, t: u64) -> u64 {
+        let t = t.max(self.block_ready[self.flash.block_of(ppa) as usize]);
         let end = self.tl.program(self.flash.chip_of(ppa), t);
         if self.serving_read {
             self.stats.read_path_programs += 1;
@@ -1222,6 +1229,7 @@ impl Ssd {
 
     #[inline]
     fn op_copyback(&mut self, chip: u32, t: u64) -> u64 {
+        // (Copies go to the chip's open GC block, erased long before.)
         let end = self.tl.copyback(chip, t);
         if self.serving_read {
             self.stats.read_path_programs += 1;

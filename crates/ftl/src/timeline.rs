@@ -90,16 +90,42 @@ impl Channel {
     }
 }
 
-/// Next-free times of every chip and the reserved intervals of every channel.
+/// Reserved intervals of every chip and every channel.
+///
+/// An operation is issued to its chip when its input is ready (a data read
+/// after its mapping-page read, say), so a chip serves operations in issue
+/// order and an operation issued later for an earlier time may use an idle
+/// gap: each chip, like each channel, keeps its reserved intervals.
 #[derive(Debug, Clone)]
 pub(crate) struct Timeline {
-    chip_free: Vec<u64>,
+    chips: Vec<Channel>,
     channels: Vec<Channel>,
     chips_per_channel: u32,
     t_read: u64,
     t_prog: u64,
     t_erase: u64,
     t_xfer: u64,
+    now: u64,
+}
+
+impl Channel {
+    /// Earliest start `>= t` of a free stretch of `dur` ns.
+    fn find(&self, t: u64, dur: u64) -> u64 {
+        let mut i = self.busy.len();
+        while i > 0 && self.busy[i - 1].1 > t {
+            i -= 1;
+        }
+        let mut start = t;
+        while i < self.busy.len() {
+            let (a, b) = self.busy[i];
+            if start + dur <= a {
+                return start;
+            }
+            start = start.max(b);
+            i += 1;
+        }
+        start
+    }
 }
 
 impl Timeline {
@@ -112,18 +138,21 @@ impl Timeline {
         t_xfer: u64,
     ) -> Self {
         Timeline {
-            chip_free: vec![0; (channels * chips_per_channel) as usize],
+            chips: vec![Channel::default(); (channels * chips_per_channel) as usize],
             channels: vec![Channel::default(); channels as usize],
             chips_per_channel,
             t_read,
             t_prog,
             t_erase,
             t_xfer,
+            now: 0,
         }
     }
 
-    /// Drop channel reservations that ended by `now` (monotone).
+    /// Drop reservations that ended by `now` (monotone); nothing is placed
+    /// before `now` afterwards.
     pub fn prune(&mut self, now: u64) {
+        self.now = now;
         for ch in &mut self.channels {
             ch.prune(now);
         }
@@ -134,52 +163,64 @@ impl Timeline {
         (chip / self.chips_per_channel) as usize
     }
 
-    /// Page read: the chip senses the page, then it crosses the channel.
-    /// The chip stays busy until its register is emptied. Returns the end.
-    #[inline]
-    pub fn read(&mut self, chip: u32, t: u64) -> u64 {
+    /// Place an operation on `chip` at the earliest start `s >= t` where the
+    /// chip is free for `pre + xfer + post` ns and the channel for `xfer` ns
+    /// from `s + pre`. Returns its end.
+    fn place(&mut self, chip: u32, t: u64, pre: u64, xfer: u64, post: u64) -> u64 {
         let c = chip as usize;
-        let sensed = t.max(self.chip_free[c]) + self.t_read;
         let ch = self.channel_of(chip);
-        let xfer = self.channels[ch].reserve(sensed, self.t_xfer);
-        let end = xfer + self.t_xfer;
-        self.chip_free[c] = end;
-        end
+        self.chips[c].prune(self.now);
+        let total = pre + xfer + post;
+        let mut s = t;
+        loop {
+            s = self.chips[c].find(s, total);
+            if xfer == 0 {
+                break;
+            }
+            let x = self.channels[ch].find(s + pre, xfer);
+            if x == s + pre {
+                self.channels[ch].reserve(x, xfer);
+                break;
+            }
+            s = x - pre;
+        }
+        self.chips[c].reserve(s, total);
+        s + total
     }
 
-    /// Page program: the data crosses the channel into the chip's register
-    /// (the chip must be idle), then the chip programs. Returns the end.
+    /// Page read: the chip senses the page, then it crosses the channel.
+    #[inline]
+    pub fn read(&mut self, chip: u32, t: u64) -> u64 {
+        self.place(chip, t, self.t_read, self.t_xfer, 0)
+    }
+
+    /// Page program: the data crosses the channel into the chip's register,
+    /// then the chip programs.
     #[inline]
     pub fn program(&mut self, chip: u32, t: u64) -> u64 {
-        let c = chip as usize;
-        let ch = self.channel_of(chip);
-        let xfer = self.channels[ch].reserve(t.max(self.chip_free[c]), self.t_xfer);
-        let end = xfer + self.t_xfer + self.t_prog;
-        self.chip_free[c] = end;
-        end
+        self.place(chip, t, 0, self.t_xfer, self.t_prog)
     }
 
     /// Copy-back inside a chip (GC): read then program, no channel.
     #[inline]
     pub fn copyback(&mut self, chip: u32, t: u64) -> u64 {
-        let c = chip as usize;
-        let end = t.max(self.chip_free[c]) + self.t_read + self.t_prog;
-        self.chip_free[c] = end;
-        end
+        self.place(chip, t, self.t_read + self.t_prog, 0, 0)
     }
 
     /// Block erase.
     #[inline]
     pub fn erase(&mut self, chip: u32, t: u64) -> u64 {
-        let c = chip as usize;
-        let end = t.max(self.chip_free[c]) + self.t_erase;
-        self.chip_free[c] = end;
-        end
+        self.place(chip, t, self.t_erase, 0, 0)
     }
 
     /// When every chip is idle.
     pub fn all_idle_at(&self) -> u64 {
-        self.chip_free.iter().copied().max().unwrap_or(0)
+        self.chips
+            .iter()
+            .filter_map(|c| c.busy.back().map(|&(_, e)| e))
+            .max()
+            .unwrap_or(0)
+            .max(self.now)
     }
 }
 
@@ -213,5 +254,17 @@ mod tests {
         // a read on chip 1 of the same channel is not delayed by it
         assert_eq!(tl.read(1, 0), 110);
         assert_eq!(tl.program(1, 0), 110 + 10 + 400);
+    }
+
+    #[test]
+    fn a_later_issue_uses_an_idle_gap_of_the_chip() {
+        let mut tl = Timeline::new(1, 1, 100, 400, 3000, 10);
+        // A data read issued for t = 500 (after its mapping-page read)...
+        assert_eq!(tl.read(0, 500), 610);
+        // ...does not hold back a read issued later for t = 0.
+        assert_eq!(tl.read(0, 0), 110);
+        // Nor one that fits between: [110, 220) is free, [500, 610) is not.
+        assert_eq!(tl.read(0, 100), 220);
+        assert_eq!(tl.read(0, 400), 720);
     }
 }
