@@ -276,7 +276,7 @@ impl LazyBar {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
         bar.set_style(
             ProgressStyle::with_template(
-                "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({per_sec}, eta {eta})",
+                "{msg} [{elapsed_precise}] {bar:30} {pos}/{len} requests (eta {eta})",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
