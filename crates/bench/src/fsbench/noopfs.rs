@@ -32,6 +32,10 @@ pub struct NoopOptions {
     /// How long the kernel may cache attributes and names (default 5 s,
     /// as ptsd-fs).
     pub ttl: Duration,
+    /// Reply to open/create with `FOPEN_KEEP_CACHE`, so the page cache
+    /// survives a reopen (ptsd-fs does the same; without it every open
+    /// drops the file's cached pages and reads go to the daemon).
+    pub keep_cache: bool,
     /// Ask for the kernel's writeback cache (writes buffered in the page
     /// cache, sent on flush/fsync/writeback).
     pub writeback_cache: bool,
@@ -42,6 +46,7 @@ impl Default for NoopOptions {
         NoopOptions {
             threads: 4,
             ttl: Duration::from_secs(5),
+            keep_cache: true,
             writeback_cache: false,
         }
     }
@@ -134,6 +139,16 @@ impl NoopFs {
                 next_ino: INodeNo::ROOT.0 + 1,
             }),
             options,
+        }
+    }
+}
+
+impl NoopFs {
+    fn open_flags(&self) -> FopenFlags {
+        if self.options.keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
         }
     }
 }
@@ -384,7 +399,7 @@ impl fuser::Filesystem for NoopFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.tree.lock().nodes.get(&ino.0).map(|n| &n.content) {
-            Some(Content::File(_)) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Some(Content::File(_)) => reply.opened(FileHandle(0), self.open_flags()),
             Some(Content::Dir { .. }) => reply.error(Errno::EISDIR),
             None => reply.error(Errno::ENOENT),
         }
@@ -416,7 +431,7 @@ impl fuser::Filesystem for NoopFs {
                 &attr,
                 Generation(0),
                 FileHandle(0),
-                FopenFlags::empty(),
+                self.open_flags(),
             ),
             Err(e) => reply.error(e),
         }

@@ -4,6 +4,7 @@
 //! image) even when a workload failed half-way.
 
 use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -195,8 +196,17 @@ impl SpawnedMount {
         unmount: Option<Vec<String>>,
     ) -> Result<Self> {
         let line = format!("{cmd:?}").replace('"', "");
+        // The daemon's messages go to our stderr: stdout may be a JSON report.
+        let stderr = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| FsBenchError::Command {
+                command: line.clone(),
+                detail: format!("duplicating stderr: {e}"),
+            })?;
         let child = cmd
             .stdin(Stdio::null())
+            .stdout(Stdio::from(stderr))
             .spawn()
             .map_err(|e| FsBenchError::Command {
                 command: line.clone(),
