@@ -77,7 +77,8 @@ pub enum SchedulerKind {
     /// Arrival order; a full write buffer is flushed asynchronously.
     Fifo,
     /// PTSD's `write_stop`: when a write finds the buffer full, serve only
-    /// reads until none is queued or in service, then flush synchronously.
+    /// reads until none is queued and nothing is in service, then flush
+    /// synchronously.
     ReadPriority,
 }
 

@@ -144,7 +144,7 @@ pub struct Ssd {
     write_stop: bool,
     held: Option<(Queued, u64)>,
     ctrl_free: u64,
-    reads_busy_until: u64,
+    busy_until: u64,
     flush_busy_until: u64,
     last_program_end: u64,
     horizon: u64,
@@ -250,7 +250,7 @@ impl Ssd {
             write_stop: false,
             held: None,
             ctrl_free: 0,
-            reads_busy_until: 0,
+            busy_until: 0,
             flush_busy_until: 0,
             last_program_end: 0,
             horizon: 0,
@@ -460,7 +460,7 @@ impl Ssd {
                 return Some((r.submit_ns.max(self.ctrl_free), Pick::Read));
             }
             let (_, stopped) = self.held.as_ref()?;
-            let t = self.ctrl_free.max(self.reads_busy_until).max(*stopped);
+            let t = self.ctrl_free.max(self.busy_until).max(*stopped);
             return Some((t, Pick::SyncFlush));
         }
         let pick = match (self.reads.front(), self.others.front()) {
@@ -487,9 +487,6 @@ impl Ssd {
                     return;
                 };
                 let r = self.do_read(&mut q, t);
-                if let Ok(done) = r {
-                    self.reads_busy_until = self.reads_busy_until.max(done);
-                }
                 self.finish(q, t, r);
             }
             Pick::Other => {
@@ -530,7 +527,12 @@ impl Ssd {
 
     fn finish(&mut self, q: Queued, dispatch_ns: u64, r: Result<u64, FtlError>) {
         let (done_ns, failed) = match r {
-            Ok(t) => (t, false),
+            Ok(t) => {
+                // Read priority flushes only once nothing is in service, so
+                // the host has reacted to every completion first.
+                self.busy_until = self.busy_until.max(t);
+                (t, false)
+            }
             Err(e) => {
                 if self.fault.is_none() {
                     self.fault = Some(e.to_string());
