@@ -1221,6 +1221,12 @@ impl Ssd {
     fn op_program(&mut self, ppa: u32, t: u64) -> u64 {
         let t = t.max(self.block_ready[self.flash.block_of(ppa) as usize]);
         let end = self.tl.program(self.flash.chip_of(ppa), t);
+        self.note_program(end)
+    }
+
+    /// Bookkeeping every program (host, mapping, GC copy) shares.
+    #[inline]
+    fn note_program(&mut self, end: u64) -> u64 {
         if self.serving_read {
             self.stats.read_path_programs += 1;
         }
@@ -1233,12 +1239,7 @@ impl Ssd {
     fn op_copyback(&mut self, chip: u32, t: u64) -> u64 {
         // (Copies go to the chip's open GC block, erased long before.)
         let end = self.tl.copyback(chip, t);
-        if self.serving_read {
-            self.stats.read_path_programs += 1;
-        }
-        self.horizon = self.horizon.max(end);
-        self.last_program_end = self.last_program_end.max(end);
-        end
+        self.note_program(end)
     }
 
     #[inline]

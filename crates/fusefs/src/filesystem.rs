@@ -619,6 +619,26 @@ impl FileSystem {
         }
     }
 
+    /// Whether `target` may be removed by an operation on a directory
+    /// (`want_dir`) or a non-directory: the kinds must match, and a
+    /// directory must be empty.
+    fn check_replaceable(&self, target: &mut Inode, want_dir: bool) -> Result<(), Errno> {
+        let is_dir = target.is_dir();
+        if want_dir && !is_dir {
+            return Err(Errno::ENOTDIR);
+        }
+        if !want_dir && is_dir {
+            return Err(Errno::EISDIR);
+        }
+        if is_dir {
+            self.ensure_dir(target)?;
+            if !target.dir.as_ref().is_some_and(|d| d.is_empty()) {
+                return Err(Errno::ENOTEMPTY);
+            }
+        }
+        Ok(())
+    }
+
     fn ensure_dir(&self, g: &mut Inode) -> Result<(), Errno> {
         if !g.is_dir() {
             return Err(Errno::ENOTDIR);
@@ -1078,20 +1098,7 @@ impl FileSystem {
                 std::thread::yield_now();
                 continue;
             }
-            let child_is_dir = held.get(e.ino).is_dir();
-            if want_dir && !child_is_dir {
-                return Err(Errno::ENOTDIR);
-            }
-            if !want_dir && child_is_dir {
-                return Err(Errno::EISDIR);
-            }
-            if child_is_dir {
-                let c = held.get(e.ino);
-                self.ensure_dir(c)?;
-                if !c.dir.as_ref().is_some_and(|d| d.is_empty()) {
-                    return Err(Errno::ENOTEMPTY);
-                }
-            }
+            self.check_replaceable(held.get(e.ino), want_dir)?;
             let (to_orphan, frees) = Self::unlink_plan(held.get(e.ino));
             let mut need = 0;
             if to_orphan {
@@ -1111,7 +1118,7 @@ impl FileSystem {
                 let p = held.get(parent);
                 p.dir.as_mut().ok_or(Errno::EIO)?.remove(name);
                 put_dir_block(p, e.blk, &mut w)?;
-                if child_is_dir {
+                if want_dir {
                     p.d.nlink -= 1;
                 }
                 touch_dir(p, now);
@@ -1303,20 +1310,7 @@ impl FileSystem {
             let mut need = 0;
             let mut to_orphan = false;
             if let Some(d) = dst {
-                let dst_dir = dst_dir.unwrap_or(false);
-                if src_dir && !dst_dir {
-                    return Err(Errno::ENOTDIR);
-                }
-                if !src_dir && dst_dir {
-                    return Err(Errno::EISDIR);
-                }
-                if dst_dir {
-                    let di = held.get(d.ino);
-                    self.ensure_dir(di)?;
-                    if !di.dir.as_ref().is_some_and(|x| x.is_empty()) {
-                        return Err(Errno::ENOTEMPTY);
-                    }
-                }
+                self.check_replaceable(held.get(d.ino), src_dir)?;
                 let (o, f) = Self::unlink_plan(held.get(d.ino));
                 to_orphan = o;
                 frees = f;
