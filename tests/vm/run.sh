@@ -3,7 +3,8 @@
 #
 # Downloads the newest Debian 6.12 cloud kernel package (never pinned),
 # takes its vmlinuz and ublk_drv.ko, builds a static musl `ptsd`, packs an
-# initramfs (busybox, mke2fs, tests/vm/guest-init.sh as /init), boots it and
+# initramfs (busybox, mke2fs, fio with its libraries, tests/vm/guest-init.sh
+# as /init), boots it and
 # parses the guest's `PTSD-VM:` result lines. Downloads are cached under
 # target/vm-cache/. Exit status: 0 if every guest check passed.
 #
@@ -51,6 +52,28 @@ if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ]; then
 fi
 log "kernel $pkg"
 
+# --- fio: Debian's binary plus the shared libraries it links --------------
+# Packages of fio's dependency closure that the host lacks are downloaded
+# and unpacked into a private root, so `ldd` (with LD_LIBRARY_PATH) finds
+# every library; the host's own are used where present.
+fdir=$cache/fio
+if [ ! -x "$fdir/root/usr/bin/fio" ]; then
+    log "downloading fio and the libraries the host lacks"
+    rm -rf "$fdir" && mkdir -p "$fdir/debs"
+    missing=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+            --no-breaks --no-replaces --no-enhances --no-pre-depends fio 2>/dev/null \
+        | grep '^lib' | sort -u | while read -r p; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+    (cd "$fdir/debs" && apt-get download -q fio $missing >/dev/null 2>&1 || apt-get download fio $missing)
+    for deb in "$fdir"/debs/*.deb; do dpkg-deb -x "$deb" "$fdir/root"; done
+    rm -rf "$fdir/debs"
+fi
+fio_libpath=$fdir/root/lib/x86_64-linux-gnu:$fdir/root/usr/lib/x86_64-linux-gnu:$fdir/root/usr/lib/x86_64-linux-gnu/ceph
+if LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -q 'not found'; then
+    echo "vm test: fio has unresolved libraries:"
+    LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep 'not found'
+    exit 1
+fi
+
 # --- static ptsd -------------------------------------------------------------
 rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl \
     || rustup target add x86_64-unknown-linux-musl
@@ -71,6 +94,17 @@ ln -s mke2fs "$rd/sbin/mkfs.ext4"
 for lib in $(ldd "$mke2fs" | grep -o '/[^ ]*'); do
     mkdir -p "$rd$(dirname "$lib")"
     cp -L "$lib" "$rd$lib"
+done
+# Libraries go to the same path in the guest (the guest runs fio with
+# LD_LIBRARY_PATH naming these directories: there is no ld.so.cache).
+cp "$fdir/root/usr/bin/fio" "$rd/bin/fio"
+for lib in $(LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -o '/[^ ]*'); do
+    case "$lib" in
+        "$fdir"/root/*) dest=${lib#"$fdir/root"} ;;
+        *) dest=$lib ;;
+    esac
+    mkdir -p "$rd$(dirname "$dest")"
+    [ -e "$rd$dest" ] || cp -L "$lib" "$rd$dest"
 done
 cp tests/vm/guest-init.sh "$rd/init"
 chmod +x "$rd/init"
