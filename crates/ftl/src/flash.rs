@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use crate::bigvec::BigVec;
 use crate::config::GcPolicy;
 use crate::mapping::NIL;
 
@@ -39,7 +40,7 @@ pub(crate) struct Flash {
     pub ppb: u32,
     pub blocks_per_chip: u32,
     /// Owner of each physical page: LPN, mapping-page number, TRIM_OWNER or INVALID.
-    pub p2l: Vec<u32>,
+    pub p2l: BigVec<u32>,
     pub valid: Vec<u32>,
     pub wp: Vec<u32>,
     pub pool: Vec<u8>,
@@ -60,7 +61,7 @@ impl Flash {
         Flash {
             ppb,
             blocks_per_chip,
-            p2l: vec![INVALID; blocks * ppb as usize],
+            p2l: BigVec::filled(blocks * ppb as usize, INVALID),
             valid: vec![0; blocks],
             wp: vec![0; blocks],
             pool: vec![POOL_FREE; blocks],

@@ -458,7 +458,7 @@ impl Ssd {
 
     fn install(&mut self, r: Recovered, ppb: u32) -> Result<(), FtlError> {
         let epp = self.geometry().entries_per_map_page;
-        self.l2p = r.l2p;
+        self.l2p.copy_from_slice(&r.l2p);
         self.gtd = r.gtd;
         self.gtd_seq = r.gtd_seq;
         self.seq = r.max_seq;

@@ -12,6 +12,7 @@
 //!
 //! See the crate's README for the model and the paper's five variants.
 
+mod bigvec;
 pub mod config;
 mod counters;
 pub mod device;

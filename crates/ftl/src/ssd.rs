@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use crate::bigvec::BigVec;
 use crate::config::{FtlConfig, Geometry, SchedulerKind, StoreKind};
 use crate::counters::FtlStats;
 use crate::error::{FtlError, RequestError};
@@ -123,7 +124,7 @@ pub struct Ssd {
     g: Geometry,
     tl: Timeline,
     pub(crate) flash: Flash,
-    pub(crate) l2p: Vec<u32>,
+    pub(crate) l2p: BigVec<u32>,
     pub(crate) gtd: Vec<u32>,
     /// Sequence number (as-of time) of each mapping page's flash copy.
     pub(crate) gtd_seq: Vec<u64>,
@@ -222,7 +223,7 @@ impl Ssd {
                 f.track_age = cfg.gc.policy == crate::config::GcPolicy::CostBenefit;
                 f
             },
-            l2p: vec![UNMAPPED; g.logical_pages as usize],
+            l2p: BigVec::filled(g.logical_pages as usize, UNMAPPED),
             gtd: vec![UNMAPPED; g.map_pages as usize],
             gtd_seq: vec![0; g.map_pages as usize],
             uses_map_pages: cache.uses_map_pages(),

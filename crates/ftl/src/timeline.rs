@@ -1,21 +1,40 @@
 //! Per-chip and per-channel timelines.
 //!
-//! A chip serves its operations first come, first served: it has one
-//! next-free time. A channel only carries short page transfers, and a
-//! transfer placed far in the future (behind a long GC on one chip) must not
-//! block the channel for the other chips on it, so a channel keeps its
-//! reserved intervals and a transfer takes the earliest gap that fits.
+//! Each chip and each channel keeps its reserved intervals: an operation
+//! takes the earliest gap that fits on its chip, and its transfer the
+//! earliest gap on the channel, so one chip stuck behind a long GC does not
+//! block its channel for the other chips on it, and an operation issued later
+//! for an earlier time may use an idle gap.
 
 use std::collections::VecDeque;
 
-#[derive(Debug, Default, Clone)]
+/// Reserved `[start, end)` intervals of one resource (a chip or a channel).
+///
+/// A gap shorter than `min_gap` (the shortest reservation this resource
+/// ever takes) can never be used, so it is merged away at once: lists stay
+/// short and searches find the same starts as with every gap kept.
+#[derive(Debug, Clone)]
 pub(crate) struct Channel {
-    /// Reserved `[start, end)` intervals, sorted, disjoint, merged when they
-    /// touch.
+    /// Sorted, disjoint, separated by gaps of at least `min_gap`.
     busy: VecDeque<(u64, u64)>,
+    min_gap: u64,
+}
+
+impl Default for Channel {
+    fn default() -> Self {
+        Channel::new(1)
+    }
 }
 
 impl Channel {
+    /// A resource whose reservations all last at least `min_dur` ns.
+    fn new(min_dur: u64) -> Self {
+        Channel {
+            busy: VecDeque::new(),
+            min_gap: min_dur.max(1),
+        }
+    }
+
     /// Forget intervals that ended by `now`; nothing is placed before `now`.
     #[inline]
     fn prune(&mut self, now: u64) {
@@ -27,66 +46,55 @@ impl Channel {
         }
     }
 
-    /// Reserve `dur` ns at the earliest start `>= t`; returns the start.
-    fn reserve(&mut self, t: u64, dur: u64) -> u64 {
-        if dur == 0 {
-            return t;
-        }
-        // Fast path: after everything reserved so far.
-        match self.busy.back_mut() {
-            None => {
-                self.busy.push_back((t, t + dur));
-                return t;
-            }
-            Some(last) if last.1 <= t => {
-                if last.1 == t {
-                    last.1 = t + dur;
-                } else {
-                    self.busy.push_back((t, t + dur));
-                }
-                return t;
-            }
-            _ => {}
-        }
-        // Reservations lie mostly in the near future: scan back from the end
-        // to the first interval that ends after `t`.
-        let mut i = self.busy.len();
-        while i > 0 && self.busy[i - 1].1 > t {
-            i -= 1;
-        }
+    /// Earliest start `>= t` of a free stretch of `dur` ns, and the index
+    /// before which it goes in `busy`.
+    #[inline]
+    fn find(&self, t: u64, dur: u64) -> (u64, usize) {
+        // Most reservations go after everything reserved so far.
+        let mut i = match self.busy.back() {
+            None => return (t, 0),
+            Some(&(_, end)) if end <= t => return (t, self.busy.len()),
+            // First interval that ends after `t`.
+            Some(_) => self.busy.partition_point(|&(_, end)| end <= t),
+        };
         let mut start = t;
-        loop {
-            if i == self.busy.len() {
-                let last = self
-                    .busy
-                    .back_mut()
-                    .expect("non-empty: fast path handled empty");
-                if last.1 == start {
-                    last.1 = start + dur;
-                } else {
-                    self.busy.push_back((start, start + dur));
-                }
-                return start;
-            }
-            let (a, b) = self.busy[i];
+        while let Some(&(a, b)) = self.busy.get(i) {
             if start + dur <= a {
-                let end = start + dur;
-                let touches_prev = i > 0 && self.busy[i - 1].1 == start;
-                let touches_next = end == a;
-                match (touches_prev, touches_next) {
-                    (true, true) => {
-                        self.busy[i - 1].1 = b;
-                        self.busy.remove(i);
-                    }
-                    (true, false) => self.busy[i - 1].1 = end,
-                    (false, true) => self.busy[i].0 = start,
-                    (false, false) => self.busy.insert(i, (start, end)),
-                }
-                return start;
+                break;
             }
             start = start.max(b);
             i += 1;
         }
+        (start, i)
+    }
+
+    /// Reserve `[start, start + dur)` found by [`find`](Self::find) at index
+    /// `i` (nothing changed in between).
+    #[inline]
+    fn reserve_at(&mut self, i: usize, start: u64, dur: u64) {
+        if dur == 0 {
+            return;
+        }
+        let end = start + dur;
+        let join_prev = i > 0 && start - self.busy[i - 1].1 < self.min_gap;
+        let join_next = i < self.busy.len() && self.busy[i].0 - end < self.min_gap;
+        match (join_prev, join_next) {
+            (true, true) => {
+                self.busy[i - 1].1 = self.busy[i].1;
+                self.busy.remove(i);
+            }
+            (true, false) => self.busy[i - 1].1 = end,
+            (false, true) => self.busy[i].0 = start,
+            (false, false) => self.busy.insert(i, (start, end)),
+        }
+    }
+
+    /// Reserve `dur` ns at the earliest start `>= t`; returns the start.
+    #[cfg(test)]
+    fn reserve(&mut self, t: u64, dur: u64) -> u64 {
+        let (start, i) = self.find(t, dur);
+        self.reserve_at(i, start, dur);
+        start
     }
 }
 
@@ -108,26 +116,6 @@ pub(crate) struct Timeline {
     now: u64,
 }
 
-impl Channel {
-    /// Earliest start `>= t` of a free stretch of `dur` ns.
-    fn find(&self, t: u64, dur: u64) -> u64 {
-        let mut i = self.busy.len();
-        while i > 0 && self.busy[i - 1].1 > t {
-            i -= 1;
-        }
-        let mut start = t;
-        while i < self.busy.len() {
-            let (a, b) = self.busy[i];
-            if start + dur <= a {
-                return start;
-            }
-            start = start.max(b);
-            i += 1;
-        }
-        start
-    }
-}
-
 impl Timeline {
     pub fn new(
         channels: u32,
@@ -137,9 +125,14 @@ impl Timeline {
         t_erase: u64,
         t_xfer: u64,
     ) -> Self {
+        // The shortest reservation of a chip: read, program, copy-back or erase.
+        let chip_min = (t_read + t_xfer)
+            .min(t_xfer + t_prog)
+            .min(t_read + t_prog)
+            .min(t_erase);
         Timeline {
-            chips: vec![Channel::default(); (channels * chips_per_channel) as usize],
-            channels: vec![Channel::default(); channels as usize],
+            chips: vec![Channel::new(chip_min); (channels * chips_per_channel) as usize],
+            channels: vec![Channel::new(t_xfer); channels as usize],
             chips_per_channel,
             t_read,
             t_prog,
@@ -167,24 +160,26 @@ impl Timeline {
     /// chip is free for `pre + xfer + post` ns and the channel for `xfer` ns
     /// from `s + pre`. Returns its end.
     fn place(&mut self, chip: u32, t: u64, pre: u64, xfer: u64, post: u64) -> u64 {
+        debug_assert!(t >= self.now, "placed at {t} before now {}", self.now);
         let c = chip as usize;
         let ch = self.channel_of(chip);
         self.chips[c].prune(self.now);
         let total = pre + xfer + post;
         let mut s = t;
-        loop {
-            s = self.chips[c].find(s, total);
+        let at = loop {
+            let (start, at) = self.chips[c].find(s, total);
+            s = start;
             if xfer == 0 {
-                break;
+                break at;
             }
-            let x = self.channels[ch].find(s + pre, xfer);
+            let (x, xi) = self.channels[ch].find(s + pre, xfer);
             if x == s + pre {
-                self.channels[ch].reserve(x, xfer);
-                break;
+                self.channels[ch].reserve_at(xi, x, xfer);
+                break at;
             }
             s = x - pre;
-        }
-        self.chips[c].reserve(s, total);
+        };
+        self.chips[c].reserve_at(at, s, total);
         s + total
     }
 
@@ -240,6 +235,17 @@ mod tests {
         assert_eq!(ch.busy, VecDeque::from(vec![(50, 150)]));
         ch.prune(150);
         assert!(ch.busy.is_empty());
+    }
+
+    #[test]
+    fn unusable_gaps_are_merged_away() {
+        let mut ch = Channel::new(30);
+        assert_eq!(ch.reserve(0, 30), 0);
+        assert_eq!(ch.reserve(50, 30), 50); // leaves a 20 ns gap: merged
+        assert_eq!(ch.busy, VecDeque::from(vec![(0, 80)]));
+        assert_eq!(ch.reserve(120, 30), 120); // a 40 ns gap stays
+        assert_eq!(ch.reserve(10, 30), 80); // first gap that fits, as before
+        assert_eq!(ch.busy, VecDeque::from(vec![(0, 150)]));
     }
 
     #[test]
