@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use ptsd_blockdev::{BlockDevice, FileDevice};
+use ptsd_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use ptsd_fs::format::{Superblock, STATE_DIRTY};
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
 use ptsd_fs::{mkfs, DirectStore, FileSystem, JournalStore, MkfsOptions, Store};
@@ -227,8 +227,24 @@ fn open_default_ssd(data: &Path) -> Result<(SsdDevice, PathBuf, bool)> {
         .unwrap_or(true);
     let mut cfg = FtlConfig::paper(Variant::WriteOpt, DEFAULT_IMAGE_BYTES);
     cfg.store = StoreKind::File { path: img.clone() };
-    let ssd =
-        Ssd::open(cfg).with_context(|| format!("opening the emulated SSD {}", img.display()))?;
+    // The image is the emulated NAND's backing store, written one 4 KiB
+    // page per program. Through the page cache those writes are memory
+    // copies that the kernel writes back in large runs; O_DIRECT would make
+    // each one a device I/O (in a VM: an exit per page), which cost the
+    // checkpoint threads more CPU than everything else in the file system.
+    // Durability is the same: the FTL's sync points flush the file
+    // (fdatasync), as they flushed the disk cache under O_DIRECT.
+    let opts = FileDeviceOptions::new()
+        .block_size(cfg.page_size)
+        .direct(false);
+    let dev = if fresh {
+        opts.create(&img, Ssd::image_blocks(&cfg, cfg.page_size))
+    } else {
+        opts.open(&img)
+    }
+    .with_context(|| format!("opening the emulated SSD image {}", img.display()))?;
+    let ssd = Ssd::open_on(cfg, Box::new(dev))
+        .with_context(|| format!("opening the emulated SSD {}", img.display()))?;
     Ok((SsdDevice::virtual_time(ssd), img, fresh))
 }
 
