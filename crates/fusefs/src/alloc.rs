@@ -7,7 +7,7 @@
 //! and operations in different groups never wait on each other.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RawMutex};
@@ -38,6 +38,8 @@ pub struct Allocator {
     free_total: AtomicU64,
     bitmap_start: u64,
     num_blocks: u64,
+    /// Where the next directory's search for a roomy group starts.
+    next_dir_group: AtomicUsize,
 }
 
 impl Allocator {
@@ -61,7 +63,27 @@ impl Allocator {
             free_total: AtomicU64::new(total),
             bitmap_start,
             num_blocks,
+            next_dir_group: AtomicUsize::new(0),
         }
+    }
+
+    /// Goal block for a new directory (Orlov-style spreading, as in
+    /// ext2/ext4): the next group, in rotation, with at least the average
+    /// free space. A file goes near its directory, so files of different
+    /// directories fall in different groups and operations on them never
+    /// wait for one another's bitmap lock.
+    pub fn dir_goal(&self) -> u64 {
+        let n = self.groups.len();
+        let avg = self.free_total.load(Ordering::Relaxed) / n as u64;
+        let start = self.next_dir_group.fetch_add(1, Ordering::Relaxed);
+        let g = (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&g| {
+                let f = self.free_per_group[g].load(Ordering::Relaxed);
+                f > 0 && f >= avg
+            })
+            .unwrap_or(start % n);
+        g as u64 * BITS_PER_GROUP
     }
 
     /// Free blocks right now.

@@ -9,6 +9,9 @@ use crate::format::{Extent, MAX_EXTENT_LEN};
 pub struct ExtentMap {
     runs: BTreeMap<u64, (u64, u32, bool)>,
     mapped: u64,
+    /// Bumped by every change, so a writer can tell whether the stored
+    /// extent list is still current.
+    version: u64,
 }
 
 impl ExtentMap {
@@ -33,6 +36,12 @@ impl ExtentMap {
                 unwritten,
             })
             .collect()
+    }
+
+    /// Changes so far (starts at 0; [`punch`](Self::punch) and
+    /// [`insert`](Self::insert) each add one).
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Number of runs.
@@ -79,6 +88,7 @@ impl ExtentMap {
     /// Unmap `[lblk, lblk+count)`; returns the device runs no longer used.
     pub fn punch(&mut self, lblk: u64, count: u64) -> Vec<(u64, u64)> {
         let end = lblk.saturating_add(count);
+        self.version += 1;
         let mut freed = Vec::new();
         // Runs that start before `lblk` but reach into the range.
         let mut keys: Vec<u64> = Vec::new();
@@ -113,6 +123,7 @@ impl ExtentMap {
         let mut lblk = lblk;
         let mut pblk = pblk;
         let mut len = len;
+        self.version += 1;
         self.mapped += len;
         // Merge with the run before.
         if let Some((&s, &(p, l, u))) = self.runs.range(..lblk).next_back() {

@@ -30,6 +30,9 @@ const BS: u64 = BLOCK_SIZE as u64;
 pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * BS;
 const MAX_LINKS: u32 = 65000;
 const SHARDS: usize = 64;
+/// Busy inodes remembered for another eviction attempt (beyond this, an
+/// inode stays cached until the kernel looks it up and forgets it again).
+const EVICT_RETRY_MAX: usize = 4096;
 
 const S_IFMT: u32 = libc::S_IFMT;
 const S_IFDIR: u32 = libc::S_IFDIR;
@@ -50,6 +53,17 @@ pub struct Inode {
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     pub open_count: u32,
     pub freed: bool,
+    /// References the kernel holds (entries it was given minus FORGETs);
+    /// at zero, with the file closed, the inode may leave the cache.
+    pub lookups: u64,
+    /// `ext.version()` when the extent list was last serialized: while it
+    /// matches, an inode write rewrites neither the inline extents nor the
+    /// overflow chain.
+    ext_saved: u64,
+    /// crc32c of each overflow block as last written, so a change rewrites
+    /// only the overflow blocks whose contents changed (a directory of a
+    /// million entries has hundreds).
+    overflow_crc: Vec<Option<u32>>,
 }
 
 impl Inode {
@@ -122,6 +136,9 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<SetTime>,
     pub mtime: Option<SetTime>,
+    /// The caller lacks the privilege to keep setuid/setgid and file
+    /// capabilities across a truncate (the kernel's `FATTR_KILL_SUIDGID`).
+    pub kill_priv: bool,
 }
 
 /// Who creates a file.
@@ -169,6 +186,8 @@ pub struct FileSystem {
     generation: AtomicU64,
     failed: AtomicBool,
     rename_lock: Mutex<()>,
+    /// Forgotten inodes that were in use at the time (see `evict`).
+    evict_later: Mutex<Vec<u64>>,
     closed: AtomicBool,
     clean: AtomicBool,
     /// Orphans freed while mounting (open-unlinked files of a crashed run).
@@ -218,6 +237,11 @@ fn owned_runs(g: &Inode) -> Vec<(u64, u64)> {
 /// Serialize an inode (and its extent overflow chain) into `w`, allocating
 /// overflow blocks from `ctx` if the extent list grew.
 fn put_inode(g: &mut Inode, ctx: Option<&mut AllocCtx<'_>>, w: &mut Writes) -> Result<(), Errno> {
+    if g.ext.version() == g.ext_saved {
+        // The extents (inline and overflow) are as last written.
+        w.insert(g.d.ino, g.d.encode());
+        return Ok(());
+    }
     let ext = if g.d.mode & S_IFMT == S_IFLNK {
         Vec::new()
     } else {
@@ -245,12 +269,19 @@ fn put_inode(g: &mut Inode, ctx: Option<&mut AllocCtx<'_>>, w: &mut Writes) -> R
     } else {
         &[][..]
     };
+    g.overflow_crc.resize(g.overflow.len(), None);
     for (i, &blk) in g.overflow.iter().enumerate() {
         let lo = (i * OVERFLOW_EXTENTS).min(rest.len());
         let hi = ((i + 1) * OVERFLOW_EXTENTS).min(rest.len());
         let next = g.overflow.get(i + 1).copied().unwrap_or(0);
-        w.insert(blk, encode_overflow(g.d.ino, next, &rest[lo..hi]));
+        let b = encode_overflow(g.d.ino, next, &rest[lo..hi]);
+        let crc = crc32c::crc32c(&b);
+        if g.overflow_crc[i] != Some(crc) {
+            g.overflow_crc[i] = Some(crc);
+            w.insert(blk, b);
+        }
     }
+    g.ext_saved = g.ext.version();
     Ok(())
 }
 
@@ -399,6 +430,7 @@ impl FileSystem {
             generation: AtomicU64::new(seed),
             failed: AtomicBool::new(false),
             rename_lock: Mutex::new(()),
+            evict_later: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             clean: AtomicBool::new(false),
             orphans_freed: 0,
@@ -503,6 +535,7 @@ impl FileSystem {
         };
         let mut extents = d.inline_extents.clone();
         let mut overflow = Vec::new();
+        let mut overflow_crc = Vec::new();
         let mut next = d.overflow;
         while next != 0 {
             if overflow.len() > (d.nextents as usize) + 1 || next >= num_blocks {
@@ -515,6 +548,7 @@ impl FileSystem {
             }
             self.store.read(next, &mut b)?;
             let (n, ext) = decode_overflow(&b, next, ino)?;
+            overflow_crc.push(Some(crc32c::crc32c(&b)));
             overflow.push(next);
             extents.extend(ext);
             next = n;
@@ -527,14 +561,18 @@ impl FileSystem {
             }
             .into());
         }
+        let ext = ExtentMap::from_extents(&extents);
         Ok(Inode {
-            ext: ExtentMap::from_extents(&extents),
+            ext_saved: ext.version(),
+            ext,
             d,
             overflow,
+            overflow_crc,
             dir: None,
             xattrs: None,
             open_count: 0,
             freed: false,
+            lookups: 0,
         })
     }
 
@@ -716,11 +754,14 @@ impl FileSystem {
         Inode {
             d,
             ext: ExtentMap::default(),
+            ext_saved: 0,
             overflow: Vec::new(),
+            overflow_crc: Vec::new(),
             dir: None,
             xattrs: None,
             open_count: 0,
             freed: false,
+            lookups: 0,
         }
     }
 
@@ -735,6 +776,7 @@ impl FileSystem {
             let mut p = self.lock(parent)?;
             self.ensure_dir(&mut p)?;
             if name == b"." {
+                p.lookups += 1;
                 return Ok(p.attr());
             }
             if name == b".." {
@@ -747,7 +789,71 @@ impl FileSystem {
                     .ino
             }
         };
-        self.getattr(ino)
+        self.remember(ino)
+    }
+
+    /// The kernel was handed one more reference to `ino` (an entry in a
+    /// lookup, create or readdirplus reply): count it, and return the
+    /// attributes. [`forget`](Self::forget) gives references back.
+    pub fn remember(&self, ino: u64) -> Result<Attr, Errno> {
+        let mut g = self.lock(ino)?;
+        g.lookups += 1;
+        Ok(g.attr())
+    }
+
+    /// The kernel dropped `n` references to `ino` (FORGET). With none left
+    /// and the file closed, the inode leaves the cache (its state is all
+    /// in the store; the next use loads it again), so memory stays bounded
+    /// by what the kernel keeps, not by what was ever touched.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == self.layout.root || ino == self.layout.orphan {
+            return;
+        }
+        let Some(arc) = self.shard(ino).lock().get(&ino).cloned() else {
+            return;
+        };
+        let idle = {
+            let mut g = arc.lock();
+            g.lookups = g.lookups.saturating_sub(n);
+            g.lookups == 0 && g.open_count == 0
+        };
+        drop(arc);
+        if idle {
+            self.evict(ino);
+        }
+        // Inodes that were busy when the kernel forgot them.
+        let retry: Vec<u64> = std::mem::take(&mut *self.evict_later.lock());
+        for i in retry {
+            self.evict(i);
+        }
+    }
+
+    /// Drop `ino` from the cache if nobody uses it. Under the shard lock
+    /// only the map can hand out the inode, so a reference count of one
+    /// means no operation holds it now or can get it meanwhile. A busy
+    /// inode is queued and tried again at a later FORGET.
+    fn evict(&self, ino: u64) {
+        let mut shard = self.shard(ino).lock();
+        let Some(arc) = shard.get(&ino) else {
+            return;
+        };
+        let idle = Arc::strong_count(arc) == 1
+            && arc
+                .try_lock()
+                .is_some_and(|g| g.lookups == 0 && g.open_count == 0);
+        if idle {
+            shard.remove(&ino);
+        } else if Arc::strong_count(arc) > 1 {
+            let mut later = self.evict_later.lock();
+            if later.len() < EVICT_RETRY_MAX {
+                later.push(ino);
+            }
+        }
+    }
+
+    /// Inodes in the cache (for tests and statistics).
+    pub fn cached_inodes(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     /// Attributes of `ino`.
@@ -878,9 +984,16 @@ impl FileSystem {
             return Err(Errno::EMLINK);
         }
         let need = 1 + dir_need(&mut p, name.len());
-        let mut ctx = self.alloc.prepare(need, parent, &[])?;
+        // A directory starts in a group of its own choosing; anything else
+        // goes next to its directory.
+        let goal = if is_dir {
+            self.alloc.dir_goal()
+        } else {
+            parent + 1
+        };
+        let mut ctx = self.alloc.prepare(need, goal, &[])?;
         let ino = ctx
-            .alloc(1, parent + 1)
+            .alloc(1, goal)
             .first()
             .map(|r| r.0)
             .ok_or(Errno::ENOSPC)?;
@@ -907,6 +1020,8 @@ impl FileSystem {
         if open {
             node.open_count = 1;
         }
+        // The reply hands the kernel its first reference.
+        node.lookups = 1;
         let mut w = Writes::new();
         let kind = node.kind();
         dir_add(&mut p, name, ino, kind, &mut ctx, &mut w)?;
@@ -1008,6 +1123,7 @@ impl FileSystem {
         let attr = {
             let i = held.get(ino);
             i.d.nlink += 1;
+            i.lookups += 1;
             i.d.ctime = now;
             put_inode(i, None, &mut w)?;
             i.attr()
@@ -1427,7 +1543,17 @@ impl FileSystem {
                 return Ok(());
             }
             g.open_count = g.open_count.saturating_sub(1);
-            if g.open_count > 0 || g.d.nlink > 0 {
+            if g.open_count > 0 {
+                return Ok(());
+            }
+            if g.d.nlink > 0 {
+                // Forgotten while open: it may leave the cache now.
+                let forgotten = g.lookups == 0;
+                drop(held);
+                drop(arc);
+                if forgotten {
+                    self.evict(ino);
+                }
                 return Ok(());
             }
             if self.writable().is_err() {
@@ -1498,8 +1624,24 @@ impl FileSystem {
 
     // ---------------------------------------------------------------- data
 
-    /// Write `data` at `offset`; returns the bytes written.
+    /// Write `data` at `offset`; returns the bytes written. Clears setuid,
+    /// setgid (if group-executable) and `security.capability`, as a write
+    /// by an unprivileged process does.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        self.write_as(ino, offset, data, true)
+    }
+
+    /// [`write`](Self::write), saying whether the writer lacks the
+    /// privilege to keep setuid/setgid and file capabilities (`kill_priv`:
+    /// the kernel's `FUSE_WRITE_KILL_SUIDGID`; a process with CAP_FSETID
+    /// keeps them, as on other Linux file systems).
+    pub fn write_as(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        kill_priv: bool,
+    ) -> Result<u32, Errno> {
         self.writable()?;
         let mut g = self.lock(ino)?;
         if g.is_dir() {
@@ -1600,13 +1742,43 @@ impl FileSystem {
         g.d.size = g.d.size.max(end);
         g.d.mtime = now;
         g.d.ctime = now;
-        // Writing clears setuid/setgid, as on other file systems.
-        if g.d.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-            g.d.mode &= !(libc::S_ISUID | libc::S_ISGID);
+        if kill_priv {
+            self.kill_priv(&mut g, &mut w)?;
         }
         put_inode(&mut g, ctx.as_mut(), &mut w)?;
         self.commit(w, ctx)?;
         Ok(data.len() as u32)
+    }
+
+    /// What a write, truncate or chown by an unprivileged process does to a
+    /// file's privileges (Linux's `file_remove_privs`): drop setuid, setgid
+    /// when the group may execute (otherwise it marks mandatory locking),
+    /// and the `security.capability` xattr. Adds the xattr block to `w`
+    /// if it changed.
+    fn kill_priv(&self, g: &mut Inode, w: &mut Writes) -> Result<(), Errno> {
+        if g.is_dir() {
+            return Ok(());
+        }
+        g.d.mode &= !libc::S_ISUID;
+        if g.d.mode & libc::S_IXGRP != 0 {
+            g.d.mode &= !libc::S_ISGID;
+        }
+        if g.d.xattr_blk == 0 {
+            return Ok(());
+        }
+        self.ensure_xattrs(g)?;
+        let map = g.xattrs.as_mut().ok_or(Errno::EIO)?;
+        if map.remove(&b"security.capability"[..]).is_some() {
+            g.d.ctime = Ts::now();
+            w.insert(
+                g.d.xattr_blk,
+                encode_xattrs(
+                    g.d.ino,
+                    map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// Runs of device blocks that `[lblk, ∞)` maps to.
@@ -1675,20 +1847,20 @@ impl FileSystem {
                 g.d.mtime = now;
             }
         }
-        if let Some(mode) = set.mode {
-            g.d.mode = (g.d.mode & S_IFMT) | (mode & !S_IFMT);
+        // A chown always drops the file's privileges (as Linux does, even
+        // for root); a truncate does when the caller is unprivileged.
+        let chown = set.uid.is_some() || set.gid.is_some();
+        if chown || (set.size.is_some() && set.kill_priv) {
+            self.kill_priv(&mut g, &mut w)?;
         }
         if let Some(uid) = set.uid {
-            if uid != g.d.uid && !g.is_dir() {
-                g.d.mode &= !libc::S_ISUID;
-            }
             g.d.uid = uid;
         }
         if let Some(gid) = set.gid {
-            if gid != g.d.gid && !g.is_dir() && g.d.mode & libc::S_IXGRP != 0 {
-                g.d.mode &= !libc::S_ISGID;
-            }
             g.d.gid = gid;
+        }
+        if let Some(mode) = set.mode {
+            g.d.mode = (g.d.mode & S_IFMT) | (mode & !S_IFMT);
         }
         let resolve = |t: SetTime| match t {
             SetTime::At(t) => t,

@@ -29,6 +29,11 @@ const TTL: Duration = Duration::from_secs(5);
 pub struct FuseFs {
     fs: Arc<FileSystem>,
     root: u64,
+    /// The kernel agreed to `FUSE_HANDLE_KILLPRIV_V2`: it leaves dropping
+    /// setuid/setgid/capabilities on write, truncate and chown to us, and
+    /// marks inodes it has checked `S_NOSEC`, so writes stop asking for
+    /// `security.capability` first.
+    killpriv_v2: bool,
 }
 
 fn errno(e: Errno) -> fuser::Errno {
@@ -58,7 +63,11 @@ impl FuseFs {
     /// Serve `fs`.
     pub fn new(fs: Arc<FileSystem>) -> Self {
         let root = fs.root();
-        Self { fs, root }
+        Self {
+            fs,
+            root,
+            killpriv_v2: false,
+        }
     }
 
     fn ino(&self, i: INodeNo) -> u64 {
@@ -120,8 +129,12 @@ impl Filesystem for FuseFs {
         let want = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_ASYNC_DIO;
-        let _ = config.add_capabilities(want & config.capabilities());
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        let got = want & config.capabilities();
+        if config.add_capabilities(got).is_ok() {
+            self.killpriv_v2 = got.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        }
         Ok(())
     }
 
@@ -159,6 +172,11 @@ impl Filesystem for FuseFs {
         }
     }
 
+    // fuser's default `batch_forget` calls this for each node.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(self.ino(ino), nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(self.ino(ino)) {
             Ok(a) => reply.attr(&TTL, &self.attr(&a)),
@@ -168,7 +186,7 @@ impl Filesystem for FuseFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -191,6 +209,11 @@ impl Filesystem for FuseFs {
             size,
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
+            // fuser does not pass FATTR_KILL_SUIDGID on; under KILLPRIV_V2
+            // the kernel sets it for callers without CAP_FSETID, which
+            // uid 0 stands for here. Without V2 the kernel sends the new
+            // mode itself.
+            kill_priv: self.killpriv_v2 && size.is_some() && mode.is_none() && req.uid() != 0,
         };
         match self.fs.setattr(self.ino(ino), set) {
             Ok(a) => reply.attr(&TTL, &self.attr(&a)),
@@ -342,12 +365,15 @@ impl Filesystem for FuseFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _wf: WriteFlags,
+        wf: WriteFlags,
         _flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(self.ino(ino), offset, data) {
+        // Without KILLPRIV_V2 the kernel itself drops the privileges (a
+        // setattr and a removexattr before the write) when it should.
+        let kill = self.killpriv_v2 && wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.fs.write_as(self.ino(ino), offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -361,7 +387,11 @@ impl Filesystem for FuseFs {
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Nothing to do at close: every write is already a finished
+        // transaction, and POSIX locks stay in the kernel. ENOSYS tells the
+        // kernel so once, and it stops sending FLUSH (a synchronous round
+        // trip on every close).
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn release(
@@ -450,6 +480,11 @@ impl Filesystem for FuseFs {
                         Generation(attr.generation),
                     ) {
                         break;
+                    }
+                    // The kernel takes a reference to every entry but `.`
+                    // and `..`, and will FORGET it.
+                    if e.name != b"." && e.name != b".." {
+                        let _ = self.fs.remember(e.ino);
                     }
                 }
                 reply.ok();
