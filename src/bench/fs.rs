@@ -90,6 +90,16 @@ pub struct FsArgs {
     /// Kernel writeback cache on the no-op fs.
     #[arg(long)]
     noop_writeback_cache: bool,
+    /// Mount the no-op fs without `default_permissions` (ptsd-fs always
+    /// has it; without it the kernel skips the GETATTR of a directory
+    /// before each create).
+    #[arg(long)]
+    noop_no_default_permissions: bool,
+    /// Serve the no-op fs from this process instead of a daemon process
+    /// of its own (`ptsd bench noop-mount`). A daemon of its own is what
+    /// ptsd-fs is, and measured faster here, so it is the default ceiling.
+    #[arg(long)]
+    noop_in_process: bool,
     /// Leave the workloads' files in place (for a look afterwards; on the
     /// mounts this run makes they go with the mount anyway).
     #[arg(long)]
@@ -139,11 +149,37 @@ pub fn run(a: FsArgs) -> Result<()> {
                     path,
                 }
             }
-            Target::Noop => TargetSpec::Noop(NoopOptions {
+            Target::Noop if a.noop_in_process => TargetSpec::Noop(NoopOptions {
                 threads: a.noop_threads,
                 writeback_cache: a.noop_writeback_cache,
+                default_permissions: !a.noop_no_default_permissions,
                 ..NoopOptions::default()
             }),
+            Target::Noop => {
+                let mountpoint = scratch.join("noop");
+                let mut args: Vec<OsString> = vec![
+                    "bench".into(),
+                    "noop-mount".into(),
+                    "--threads".into(),
+                    a.noop_threads.to_string().into(),
+                ];
+                if a.noop_writeback_cache {
+                    args.push("--writeback-cache".into());
+                }
+                if a.noop_no_default_permissions {
+                    args.push("--no-default-permissions".into());
+                }
+                args.push(mountpoint.clone().into());
+                TargetSpec::Spawned {
+                    name: suite::NOOP.into(),
+                    spec: SpawnSpec {
+                        program: std::env::current_exe().context("locating the ptsd binary")?,
+                        args,
+                        mountpoint,
+                        timeout: Duration::from_secs(a.mount_timeout),
+                    },
+                }
+            }
             Target::Ptsd => match &a.ptsd_dir {
                 Some(dir) => TargetSpec::Dir {
                     name: suite::PTSD.into(),

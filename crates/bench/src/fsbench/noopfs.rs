@@ -39,6 +39,11 @@ pub struct NoopOptions {
     /// Ask for the kernel's writeback cache (writes buffered in the page
     /// cache, sent on flush/fsync/writeback).
     pub writeback_cache: bool,
+    /// Mount with `default_permissions` (the kernel checks permissions
+    /// from cached attributes), as ptsd-fs does. Like ptsd-fs, the no-op fs
+    /// then answers the GETATTR the kernel sends for a directory whose
+    /// attributes a create or unlink made stale.
+    pub default_permissions: bool,
 }
 
 impl Default for NoopOptions {
@@ -48,6 +53,7 @@ impl Default for NoopOptions {
             ttl: Duration::from_secs(5),
             keep_cache: true,
             writeback_cache: false,
+            default_permissions: true,
         }
     }
 }
@@ -594,6 +600,36 @@ pub struct NoopMount {
     dir: PathBuf,
 }
 
+fn mount_config(options: &NoopOptions) -> Config {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("ptsd-bench-noop".into()),
+        MountOption::Subtype("noop".into()),
+    ];
+    if options.default_permissions {
+        config.mount_options.push(MountOption::DefaultPermissions);
+    }
+    config.n_threads = Some(options.threads);
+    config.clone_fd = true;
+    config
+}
+
+/// Serves a fresh [`NoopFs`] on `dir` in this process until it is
+/// unmounted (`umount DIR`): the no-op fs as a daemon process of its own,
+/// like any real FUSE file system (for [`TargetSpec::NoopProcess`](super::suite::TargetSpec)).
+pub fn serve(dir: &Path, options: NoopOptions) -> Result<()> {
+    if options.threads == 0 {
+        return Err(FsBenchError::Config(
+            "the no-op FUSE fs needs at least one thread".into(),
+        ));
+    }
+    let config = mount_config(&options);
+    fuser::mount(NoopFs::new(options), dir, &config).map_err(|e| FsBenchError::Mount {
+        path: dir.to_path_buf(),
+        detail: format!("serving the no-op fs: {e}"),
+    })
+}
+
 impl NoopMount {
     /// Mounts a fresh [`NoopFs`] on `dir` (an existing empty directory).
     /// Needs root (fuser mounts with mount(2), no fusermount) and /dev/fuse.
@@ -603,13 +639,7 @@ impl NoopMount {
                 "the no-op FUSE fs needs at least one thread".into(),
             ));
         }
-        let mut config = Config::default();
-        config.mount_options = vec![
-            MountOption::FSName("ptsd-bench-noop".into()),
-            MountOption::Subtype("noop".into()),
-        ];
-        config.n_threads = Some(options.threads);
-        config.clone_fd = true;
+        let config = mount_config(&options);
         let session = fuser::spawn_mount(NoopFs::new(options), dir, &config).map_err(|e| {
             FsBenchError::Mount {
                 path: dir.to_path_buf(),

@@ -131,8 +131,12 @@ fn set_up(spec: &TargetSpec, scratch: &Path) -> Result<(Mounted, String)> {
             let dir = scratch.join("noop");
             std::fs::create_dir_all(&dir).map_err(super::error::io_err("mkdir", &dir))?;
             let what = format!(
-                "no-op in-memory fuser fs, {} threads, ttl {:?}, keep cache {}, writeback cache {}",
-                options.threads, options.ttl, options.keep_cache, options.writeback_cache
+                "no-op in-memory fuser fs in this process, {} threads, ttl {:?}, keep cache {}, writeback cache {}, default_permissions {}",
+                options.threads,
+                options.ttl,
+                options.keep_cache,
+                options.writeback_cache,
+                options.default_permissions
             );
             (
                 Mounted::Noop(NoopMount::mount(&dir, options.clone())?),
