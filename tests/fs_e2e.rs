@@ -576,67 +576,139 @@ fn default_mount_creates_its_own_device_and_mount_helper_works() {
     assert!(st.success() && mounted, "mount -t fuse.ptsd failed");
     assert_eq!(content.as_deref(), Some(&b"world"[..]));
 }
-/// One seeded round: an fsync-heavy writer against the mount, SIGKILL of
-/// the daemon at a random moment, remount, verify.
-fn kill9_round(seed: u64) {
-    use rand::{Rng, SeedableRng};
-    let mut m = Mounted::new("256M");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    for round in 0..3 {
-        let state = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
-            String,
-            (Vec<u8>, Vec<Vec<u8>>),
-        >::new()));
-        let dir = m.dir.clone();
-        let st = state.clone();
-        let wseed = rng.gen::<u64>();
-        let writer = std::thread::spawn(move || {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(wseed);
-            for op in 0..100_000u64 {
-                let name = format!("r{round}-f{}", rng.gen_range(0..20));
-                let len = rng.gen_range(0..40_000);
-                let body: Vec<u8> = (0..len).map(|i| (i as u64 ^ op ^ wseed) as u8).collect();
-                // Record the attempt first: after a crash the file may hold
-                // any prefix of an attempted, unsynced version.
-                st.lock()
-                    .unwrap()
-                    .entry(name.clone())
-                    .or_insert_with(|| (Vec::new(), Vec::new()))
-                    .1
-                    .push(body.clone());
-                let r = (|| -> std::io::Result<()> {
-                    let mut f = std::fs::File::create(dir.join(&name))?;
-                    f.write_all(&body)?;
-                    f.sync_all()
-                })();
-                if r.is_err() {
-                    return;
-                }
-                let mut g = st.lock().unwrap();
-                let e = g.get_mut(&name).unwrap();
-                e.0 = body;
-                e.1.clear();
-            }
-        });
-        std::thread::sleep(Duration::from_millis(rng.gen_range(50..600)));
-        m.kill9();
-        writer.join().unwrap();
-        m.mount();
-        let state = state.lock().unwrap();
-        for (name, (synced, attempts)) in state.iter() {
-            let got = std::fs::read(m.p(name)).unwrap_or_default();
-            let ok = got == *synced || attempts.iter().any(|a| a.starts_with(&got));
-            assert!(ok, "seed {seed} round {round}: {name} holds {} bytes, neither its fsync'd {} bytes nor a prefix of a later write", got.len(), synced.len());
-        }
-    }
-    m.umount();
-    m.fsck();
+/// What the writer of one kill round knows about a file: the content of its
+/// last fsync'd version and the versions attempted since.
+#[derive(Default)]
+struct Known {
+    synced: Vec<u8>,
+    attempts: Vec<Vec<u8>>,
+    /// Replaced by rename: only whole versions may show, never a prefix.
+    atomic: bool,
 }
 
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One seeded round on mount `m`: an fsync-heavy writer (create + write +
+/// fsync, and write-temp + fsync + rename-over + fsync-dir) against the
+/// mount, SIGKILL of the daemon at a random moment, fsck of the image with
+/// the journal replayed, remount, and a check of every file.
+fn kill9_round(m: &mut Mounted, seed: u64, round: u64) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let state = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+        String,
+        Known,
+    >::new()));
+    let dir = m.dir.join(format!("r{round}"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::File::open(&m.dir).unwrap().sync_all().unwrap();
+    let st = state.clone();
+    let wdir = dir.clone();
+    let wseed = rng.gen::<u64>();
+    let writer = std::thread::spawn(move || {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(wseed);
+        for op in 0..1_000_000u64 {
+            let atomic = rng.gen_bool(0.4);
+            let name = if atomic {
+                format!("a{}", rng.gen_range(0..8))
+            } else {
+                format!("f{}", rng.gen_range(0..16))
+            };
+            let len = rng.gen_range(0..40_000);
+            let body: Vec<u8> = (0..len).map(|i| (i as u64 ^ op ^ wseed) as u8).collect();
+            // Record the attempt first: after a crash the file may hold it.
+            st.lock()
+                .unwrap()
+                .entry(name.clone())
+                .or_insert_with(|| Known {
+                    atomic,
+                    ..Known::default()
+                })
+                .attempts
+                .push(body.clone());
+            let r = (|| -> std::io::Result<()> {
+                if atomic {
+                    let tmp = wdir.join(format!("tmp-{name}"));
+                    let mut f = std::fs::File::create(&tmp)?;
+                    f.write_all(&body)?;
+                    f.sync_all()?;
+                    std::fs::rename(&tmp, wdir.join(&name))?;
+                    std::fs::File::open(&wdir)?.sync_all()
+                } else {
+                    let mut f = std::fs::File::create(wdir.join(&name))?;
+                    f.write_all(&body)?;
+                    f.sync_all()
+                }
+            })();
+            if r.is_err() {
+                return op;
+            }
+            let mut g = st.lock().unwrap();
+            let k = g.get_mut(&name).unwrap();
+            k.synced = body;
+            k.attempts.clear();
+        }
+        u64::MAX
+    });
+    std::thread::sleep(Duration::from_millis(rng.gen_range(20..400)));
+    m.kill9();
+    let ops = writer.join().unwrap();
+    let report = m.fsck();
+    m.mount();
+    let state = state.lock().unwrap();
+    let why = |name: &str, got: &[u8], k: &Known| {
+        format!(
+            "seed {seed} round {round} (after {ops} ops): {name} holds {} bytes, neither its fsync'd {} bytes nor {} a later attempt\n{report}",
+            got.len(),
+            k.synced.len(),
+            if k.atomic { "all of" } else { "a prefix of" },
+        )
+    };
+    for (name, k) in state.iter() {
+        let got = std::fs::read(dir.join(name)).unwrap_or_default();
+        let ok = if k.atomic {
+            // rename is all-or-nothing: a whole version, never part of one.
+            got == k.synced || k.attempts.iter().any(|a| *a == got)
+        } else {
+            got == k.synced || k.attempts.iter().any(|a| a.starts_with(&got))
+        };
+        assert!(ok, "{}", why(name, &got, k));
+    }
+}
+
+/// `kill -9` of the daemon at random moments of an fsync-heavy workload,
+/// many seeded rounds on one image: each round fsck's the image (journal
+/// replayed) and checks every file after the remount. `PTSD_KILL9_ROUNDS`
+/// (default 40) and `PTSD_KILL9_SEED` (default 1) pick the rounds; rounds
+/// stop early (at least 4 run) once `PTSD_KILL9_SECS` (default 60) are
+/// spent, so the test stays bounded on a slow machine.
 #[test]
 fn kill9_during_fsync_workload_then_recover() {
     require_fuse!();
-    for seed in [11u64, 12] {
-        kill9_round(seed);
+    let rounds = env_u64("PTSD_KILL9_ROUNDS", 40);
+    let base = env_u64("PTSD_KILL9_SEED", 1);
+    let budget = Duration::from_secs(env_u64("PTSD_KILL9_SECS", 60));
+    let start = Instant::now();
+    let mut m = Mounted::new("256M");
+    let mut ran = 0;
+    for round in 0..rounds {
+        if round >= 4 && start.elapsed() > budget {
+            break;
+        }
+        let seed = base.wrapping_mul(1_000_003).wrapping_add(round);
+        eprintln!("kill -9 round {round}: seed {seed}");
+        kill9_round(&mut m, seed, round);
+        ran += 1;
     }
+    m.umount();
+    m.fsck();
+    eprintln!(
+        "kill -9: {ran} of {rounds} rounds in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
 }
