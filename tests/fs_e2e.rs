@@ -673,7 +673,7 @@ fn kill9_round(m: &mut Mounted, seed: u64, round: u64) {
         let got = std::fs::read(dir.join(name)).unwrap_or_default();
         let ok = if k.atomic {
             // rename is all-or-nothing: a whole version, never part of one.
-            got == k.synced || k.attempts.iter().any(|a| *a == got)
+            got == k.synced || k.attempts.contains(&got)
         } else {
             got == k.synced || k.attempts.iter().any(|a| a.starts_with(&got))
         };
