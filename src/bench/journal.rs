@@ -41,16 +41,39 @@ pub struct JournalArgs {
     /// uniformly from it, so it is also the hot set the checkpoints dedupe.
     #[arg(long, default_value_t = 2048)]
     device_blocks: u64,
+    /// Runs per (journal, threads), interleaved partitioned / single-lock so
+    /// that a change in machine load hits both; the median run is reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Journals to run (comma-separated: partitioned, single-lock).
+    #[arg(long, value_delimiter = ',', default_value = "partitioned,single-lock")]
+    kinds: Vec<KindArg>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum KindArg {
+    Partitioned,
+    SingleLock,
+}
+
+impl KindArg {
+    fn kind(self) -> JournalKind {
+        match self {
+            KindArg::Partitioned => JournalKind::Partitioned,
+            KindArg::SingleLock => JournalKind::SingleLock,
+        }
+    }
 }
 
 const BS: usize = 4096;
 
 struct RunResult {
-    kind: JournalKind,
     threads: usize,
     blocks: u64,
     txs: u64,
     elapsed: Duration,
+    /// CPU time the workload threads got (includes spinning).
+    cpu: Duration,
     commit: Histogram<u64>,
     stage: Histogram<u64>,
     stats: ptsd_nvjournal::JournalStats,
@@ -74,7 +97,7 @@ fn run_one(args: &JournalArgs, kind: JournalKind, threads: usize) -> Result<RunR
     let journal = Journal::create(region, device, cfg)?;
     let stop = AtomicBool::new(false);
     let start = Instant::now();
-    let per_thread: Vec<(u64, u64, Histogram<u64>, Histogram<u64>)> = std::thread::scope(|s| {
+    let per_thread: Vec<WorkerResult> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (journal, stop) = (&journal, &stop);
@@ -95,19 +118,20 @@ fn run_one(args: &JournalArgs, kind: JournalKind, threads: usize) -> Result<RunR
     let _ = std::fs::remove_file(&args.region);
     let mut commit = new_hist();
     let mut stage = new_hist();
-    let (mut blocks, mut txs) = (0, 0);
-    for (b, t, c, st) in per_thread {
-        blocks += b;
-        txs += t;
-        commit.add(&c).expect("same histogram bounds");
-        stage.add(&st).expect("same histogram bounds");
+    let (mut blocks, mut txs, mut cpu) = (0, 0, Duration::ZERO);
+    for w in per_thread {
+        blocks += w.blocks;
+        txs += w.txs;
+        cpu += w.cpu;
+        commit.add(&w.commit).expect("same histogram bounds");
+        stage.add(&w.stage).expect("same histogram bounds");
     }
     Ok(RunResult {
-        kind,
         threads,
         blocks,
         txs,
         elapsed,
+        cpu,
         commit,
         stage,
         stats,
@@ -118,12 +142,31 @@ fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
-fn worker(
-    journal: &Journal,
-    stop: &AtomicBool,
-    args: &JournalArgs,
-    thread: u64,
-) -> (u64, u64, Histogram<u64>, Histogram<u64>) {
+struct WorkerResult {
+    blocks: u64,
+    txs: u64,
+    cpu: Duration,
+    commit: Histogram<u64>,
+    stage: Histogram<u64>,
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass; the clock id is a
+    // constant every Linux has.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn worker(journal: &Journal, stop: &AtomicBool, args: &JournalArgs, thread: u64) -> WorkerResult {
+    let cpu0 = thread_cpu_time();
     let mut commit = new_hist();
     let mut stage = new_hist();
     let mut data = vec![thread as u8; BS];
@@ -160,11 +203,18 @@ fn worker(
             let _ = commit.record(t0.elapsed().as_nanos() as u64);
         }
     }
-    (blocks, txs, commit, stage)
+    WorkerResult {
+        blocks,
+        txs,
+        cpu: thread_cpu_time() - cpu0,
+        commit,
+        stage,
+    }
 }
 
 /// Time the two halves of a 4 KiB stage on the region alone: the copy
-/// (what the journal does besides flushing) and the flush + fence.
+/// (header crc + memcpy into the slot, what the journal does besides
+/// flushing) and the flush + fence of the slot's lines.
 fn stage_breakdown(args: &JournalArgs) -> Result<(f64, f64)> {
     let path = args.region.with_extension("breakdown");
     let region = PmemRegion::open_file(&path, 64 << 20)?;
@@ -175,8 +225,11 @@ fn stage_breakdown(args: &JournalArgs) -> Result<(f64, f64)> {
         let off = (i % slots) * (BS + 64);
         let t0 = Instant::now();
         let crc = crc32c::crc32c(&data);
-        region.write(off, &crc.to_le_bytes().repeat(16));
-        region.write(off + 64, &data);
+        // SAFETY: this thread is the only user of the region.
+        unsafe {
+            region.write_unshared(off, &crc.to_le_bytes().repeat(16));
+            region.write_unshared(off + 64, &data);
+        }
         let t1 = Instant::now();
         region.persist(off, BS + 64);
         let t2 = Instant::now();
@@ -191,13 +244,36 @@ fn stage_breakdown(args: &JournalArgs) -> Result<(f64, f64)> {
     ))
 }
 
+fn kind_name(kind: JournalKind, partitions: u32) -> String {
+    match kind {
+        JournalKind::Partitioned => format!("partitioned{partitions}"),
+        JournalKind::SingleLock => "single-lock".to_string(),
+    }
+}
+
+fn print_row(label: &str, name: &str, r: &RunResult) {
+    println!(
+        "{:<7} {:<12} {:>7} {:>10.0} {:>8.1} {:>9.0} {:>5.0}% {:>8.2}us {:>8.2}us {:>8.2}us",
+        label,
+        name,
+        r.threads,
+        r.blocks_per_sec(),
+        r.blocks_per_sec() * BS as f64 / (1 << 20) as f64,
+        r.txs as f64 / r.elapsed.as_secs_f64(),
+        100.0 * r.cpu.as_secs_f64() / (r.elapsed.as_secs_f64() * r.threads as f64),
+        r.stage.value_at_quantile(0.5) as f64 / 1000.0,
+        r.commit.value_at_quantile(0.5) as f64 / 1000.0,
+        r.commit.value_at_quantile(0.99) as f64 / 1000.0,
+    );
+}
+
 /// Runs the benchmark and prints the table and the targets.
 pub fn run(args: JournalArgs) -> Result<()> {
     let probe = PmemRegion::open_file(&args.region, 1 << 20)?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at start: {}", load.trim());
     println!(
-        "journal bench: region {} ({}), flush instruction {}, {} MiB, {} B blocks, {} blocks/tx, commit every {} tx, {:.1} s per run, {} cores",
+        "journal bench: region {} ({}), flush instruction {}, {} MiB, {} B blocks, {} blocks/tx, commit every {} tx, {:.1} s per run, {} runs each (median shown), {} cores",
         args.region.display(),
         probe.mode(),
         probe.flush_instr(),
@@ -206,53 +282,70 @@ pub fn run(args: JournalArgs) -> Result<()> {
         args.blocks_per_tx,
         args.commit_every,
         args.seconds,
+        args.repeat,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
     );
+    println!("cpu = CPU time of the workload threads / (threads x wall): below 100% the machine was busy or they slept");
     drop(probe);
     let _ = std::fs::remove_file(&args.region);
     println!(
-        "{:<12} {:>7} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "journal", "threads", "blocks/s", "MiB/s", "tx/s", "stage p50", "commit p50", "commit p99"
+        "{:<7} {:<12} {:>7} {:>10} {:>8} {:>9} {:>6} {:>10} {:>10} {:>10}",
+        "", "journal", "threads", "blocks/s", "MiB/s", "tx/s", "cpu", "stage p50", "commit p50", "commit p99"
     );
-    let mut results = Vec::new();
+    let kinds: Vec<JournalKind> = args.kinds.iter().map(|k| k.kind()).collect();
+    // (kind, threads) -> runs, in order.
+    let mut runs: Vec<((JournalKind, usize), Vec<RunResult>)> = Vec::new();
     for &threads in &args.threads {
-        for kind in [JournalKind::Partitioned, JournalKind::SingleLock] {
-            let r = run_one(&args, kind, threads)?;
-            let name = match kind {
-                JournalKind::Partitioned => format!("partitioned{}", args.partitions),
-                JournalKind::SingleLock => "single-lock".to_string(),
-            };
-            println!(
-                "{:<12} {:>7} {:>12.0} {:>10.1} {:>10.0} {:>8.2}us {:>8.2}us {:>8.2}us",
-                name,
-                r.threads,
-                r.blocks_per_sec(),
-                r.blocks_per_sec() * BS as f64 / (1 << 20) as f64,
-                r.txs as f64 / r.elapsed.as_secs_f64(),
-                r.stage.value_at_quantile(0.5) as f64 / 1000.0,
-                r.commit.value_at_quantile(0.5) as f64 / 1000.0,
-                r.commit.value_at_quantile(0.99) as f64 / 1000.0,
-            );
-            println!(
-                "{:<12} {:>7} commits {} (shared {}), checkpoint rounds {}, blocks checkpointed {}, backpressure waits {}",
-                "",
-                "",
-                r.stats.commits,
-                r.stats.shared_commits,
-                r.stats.checkpoints,
-                r.stats.checkpointed_blocks,
-                r.stats.backpressure_waits
-            );
-            results.push(r);
+        for rep in 0..args.repeat.max(1) {
+            for &kind in &kinds {
+                let r = run_one(&args, kind, threads)?;
+                print_row(&format!("run {}", rep + 1), &kind_name(kind, args.partitions), &r);
+                match runs.iter_mut().find(|(k, _)| *k == (kind, threads)) {
+                    Some((_, v)) => v.push(r),
+                    None => runs.push(((kind, threads), vec![r])),
+                }
+            }
         }
+    }
+    println!();
+    println!("median run of each (commit and stage percentiles over all its runs):");
+    let mut medians: Vec<(JournalKind, usize, f64, u64)> = Vec::new();
+    for ((kind, threads), v) in &mut runs {
+        v.sort_by(|a, b| a.blocks_per_sec().total_cmp(&b.blocks_per_sec()));
+        let mut merged = RunResult {
+            cpu: v[v.len() / 2].cpu,
+            elapsed: v[v.len() / 2].elapsed,
+            blocks: v[v.len() / 2].blocks,
+            txs: v[v.len() / 2].txs,
+            threads: *threads,
+            commit: new_hist(),
+            stage: new_hist(),
+            stats: v[v.len() / 2].stats.clone(),
+        };
+        for r in v.iter() {
+            merged.commit.add(&r.commit).expect("same histogram bounds");
+            merged.stage.add(&r.stage).expect("same histogram bounds");
+        }
+        print_row("median", &kind_name(*kind, args.partitions), &merged);
+        let st = &merged.stats;
+        println!(
+            "{:<7} {:<12} {:>7} commits {} (shared {}), checkpoint rounds {}, blocks checkpointed {}, backpressure waits {}",
+            "", "", "", st.commits, st.shared_commits, st.checkpoints, st.checkpointed_blocks, st.backpressure_waits
+        );
+        medians.push((
+            *kind,
+            *threads,
+            merged.blocks_per_sec(),
+            merged.commit.value_at_quantile(0.99),
+        ));
     }
     println!();
     for &threads in &args.threads {
         let get = |k| {
-            results
+            medians
                 .iter()
-                .find(|r| r.kind == k && r.threads == threads)
-                .map(RunResult::blocks_per_sec)
+                .find(|m| m.0 == k && m.1 == threads)
+                .map(|m| m.2)
         };
         if let (Some(p), Some(s)) = (get(JournalKind::Partitioned), get(JournalKind::SingleLock)) {
             let ratio = p / s;
@@ -273,10 +366,10 @@ pub fn run(args: JournalArgs) -> Result<()> {
         "4 KiB stage on the region alone, p50: copy+header {copy:.2}us, flush+fence {flush:.2}us (target: copy <= 1us plus the flush: {})",
         if copy <= 1.0 { "met" } else { "MISSED" }
     );
-    let worst_p99 = results
+    let worst_p99 = medians
         .iter()
-        .filter(|r| r.kind == JournalKind::Partitioned)
-        .map(|r| r.commit.value_at_quantile(0.99))
+        .filter(|m| m.0 == JournalKind::Partitioned)
+        .map(|m| m.3)
         .max()
         .unwrap_or(0) as f64
         / 1000.0;
@@ -284,5 +377,7 @@ pub fn run(args: JournalArgs) -> Result<()> {
         "partitioned commit p99 (worst over thread counts): {worst_p99:.2}us (target <= 20us: {})",
         if worst_p99 <= 20.0 { "met" } else { "MISSED" }
     );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at end: {}", load.trim());
     Ok(())
 }

@@ -250,7 +250,9 @@ pub(crate) struct Inner {
     open_txs: [Padded<AtomicU64>; 2],
     durable_epoch: Padded<AtomicU64>,
     finished: Padded<AtomicU64>,
-    committed_finished: Padded<AtomicU64>,
+    /// Highest epoch of a finished non-empty transaction: a commit must make
+    /// this epoch durable, and nothing more (precise group commit).
+    last_finished_epoch: Padded<AtomicU64>,
     next_txid: Padded<AtomicU64>,
     aborted: Padded<AtomicU64>,
 
@@ -433,7 +435,7 @@ impl Journal {
             open_txs: [Padded::default(), Padded::default()],
             durable_epoch: Padded(AtomicU64::new(rec.epoch)),
             finished: Padded::default(),
-            committed_finished: Padded::default(),
+            last_finished_epoch: Padded(AtomicU64::new(rec.epoch)),
             next_txid: Padded(AtomicU64::new(1)),
             aborted: Padded::default(),
             commit_lock: Mutex::new(()),
@@ -694,7 +696,10 @@ impl Tx {
             let inner = &self.inner;
             inner.check_buf(block, buf.len())?;
             let off = inner.geo.slot_offset(p as usize, pos) + SLOT_HEADER;
-            inner.region.read(off, buf);
+            // SAFETY: this transaction staged the slot (its writes happened
+            // before, on this thread) and it is unfinished, so it is neither
+            // checkpointed nor freed: nobody writes it.
+            unsafe { inner.region.read_unshared(off, buf) };
             return Ok(());
         }
         self.inner.read(block, buf)
@@ -735,7 +740,14 @@ impl Tx {
             }
         }
         if !self.slots.is_empty() {
-            inner.finished.fetch_add(1, Ordering::SeqCst);
+            inner.finished.fetch_add(1, Ordering::Relaxed);
+            // Before leaving the epoch: a commit that sees us gone also sees
+            // the epoch it has to make durable.
+            if inner.last_finished_epoch.load(Ordering::SeqCst) < self.epoch {
+                inner
+                    .last_finished_epoch
+                    .fetch_max(self.epoch, Ordering::SeqCst);
+            }
         }
         inner.open_txs[(self.epoch & 1) as usize].fetch_sub(1, Ordering::SeqCst);
         Ok(TxId(self.txid))
@@ -818,8 +830,16 @@ impl Inner {
             epoch,
         }
         .encode(data);
-        self.region.write(off, &header);
-        self.region.write(off + SLOT_HEADER, data);
+        // SAFETY: position `pos` was handed to this stager alone by the
+        // `fetch_add` above and lies inside the ring's free space (`pos <
+        // tail + slots`), so no other thread reads or writes this slot until
+        // the `Release` store of its state below publishes it; the previous
+        // lap's occupant was checkpointed, dropped from the index and freed
+        // (tail advanced, Acquire) before we got here.
+        unsafe {
+            self.region.write_unshared(off, &header);
+            self.region.write_unshared(off + SLOT_HEADER, data);
+        }
         self.region.persist(off, SLOT_HEADER + data.len());
         self.region.write(off + FLAG_AT, &FLAG_STAGED.to_le_bytes());
         self.region.persist(off + FLAG_AT, 8);
@@ -910,7 +930,12 @@ impl Inner {
             let idx = part.index.read();
             if let Some(&pos) = idx.get(&block) {
                 let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
-                self.region.read(off, buf);
+                // SAFETY: the slot was published by a finished transaction
+                // (index insert after its staging, under the index lock);
+                // while we hold the read lock the checkpoint cannot drop it
+                // from the index, so the tail cannot pass it and no stager
+                // can reuse it.
+                unsafe { self.region.read_unshared(off, buf) };
                 part.journal_reads.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -950,29 +975,28 @@ impl Inner {
 
     fn commit(&self) -> Result<()> {
         self.check_running()?;
-        let want = self.current_epoch.load(Ordering::SeqCst);
-        let fin = self.finished.load(Ordering::SeqCst);
-        if fin == self.committed_finished.load(Ordering::SeqCst)
-            || self.durable_epoch.load(Ordering::SeqCst) >= want
-        {
+        // Every transaction finished before this call belongs to an epoch
+        // <= `want` (finish raises `last_finished_epoch` before returning),
+        // and committing an epoch makes every earlier one durable too. So a
+        // caller whose work another commit already covered (or covers while
+        // it waits for the lock) returns at once: group commit.
+        let want = self.last_finished_epoch.load(Ordering::SeqCst);
+        if self.durable_epoch.load(Ordering::SeqCst) >= want {
             self.shared_commits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         let _c = self.commit_lock.lock();
         self.check_running()?;
-        let fin = self.finished.load(Ordering::SeqCst);
-        if fin == self.committed_finished.load(Ordering::SeqCst)
-            || self.durable_epoch.load(Ordering::SeqCst) >= want
-        {
+        if self.durable_epoch.load(Ordering::SeqCst) >= want {
             self.shared_commits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         // Close epoch E: new transactions join E + 1; wait for E's to end.
         let epoch = self.current_epoch.fetch_add(1, Ordering::SeqCst);
         let open = &self.open_txs[(epoch & 1) as usize];
-        let mut spins = 0u32;
+        let mut wait = Backoff::default();
         while open.load(Ordering::SeqCst) != 0 {
-            backoff(&mut spins);
+            wait.snooze();
         }
         // Snapshot every partition's index (the paper's commit_ts). Positions
         // past the ring's capacity belong to later epochs and are excluded.
@@ -989,10 +1013,10 @@ impl Inner {
         // Wait until every partition's commit worker has passed the snapshot
         // (helping it along, which saves a thread hand-off).
         for (p, &h) in heads.iter().enumerate() {
-            let mut spins = 0u32;
+            let mut wait = Backoff::default();
             while self.parts[p].last_check.load(Ordering::Acquire) < h {
                 if !self.advance_last_check(p) {
-                    backoff(&mut spins);
+                    wait.snooze();
                 }
                 if self.shutdown.load(Ordering::Relaxed) {
                     return Err(JournalError::Closed);
@@ -1022,7 +1046,6 @@ impl Inner {
         }
         drop(g);
         self.durable_epoch.store(epoch, Ordering::SeqCst);
-        self.committed_finished.store(fin, Ordering::SeqCst);
         self.commits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -1198,7 +1221,14 @@ impl Inner {
         for chunk in written.chunks(self.cfg.checkpoint_batch) {
             for (i, &(_, pos)) in chunk.iter().enumerate() {
                 let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
-                self.region.read(off, &mut buf[i * bs..(i + 1) * bs]);
+                // SAFETY: the slot is staged (state read with Acquire above)
+                // and lies in [tail, head): it is not reused before this
+                // round advances the tail, and staged slots are never
+                // rewritten.
+                unsafe {
+                    self.region
+                        .read_unshared(off, &mut buf[i * bs..(i + 1) * bs])
+                };
             }
             let batch: Vec<(u64, &[u8])> = chunk
                 .iter()
@@ -1279,11 +1309,31 @@ impl Inner {
     }
 }
 
-fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
+/// Waiting for another thread that is a few microseconds from done (a
+/// transaction finishing, a slot being flagged): spin, because a sleep or a
+/// yield would cost far more than the wait; yield only after
+/// [`SPIN_LIMIT`], when the awaited thread has probably been preempted.
+#[derive(Default)]
+struct Backoff {
+    spins: u32,
+    since: Option<Instant>,
+}
+
+/// How long a waiter spins before it starts yielding the CPU.
+const SPIN_LIMIT: Duration = Duration::from_micros(50);
+
+impl Backoff {
+    fn snooze(&mut self) {
+        self.spins += 1;
+        if self.spins < 64 {
+            std::hint::spin_loop();
+            return;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if self.spins % 16 != 0 || since.elapsed() < SPIN_LIMIT {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
 }

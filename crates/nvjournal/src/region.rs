@@ -75,6 +75,27 @@ pub trait Persist: Send + Sync {
     fn write(&self, offset: usize, data: &[u8]);
     /// Load `buf.len()` bytes from `offset`.
     fn read(&self, offset: usize, buf: &mut [u8]);
+    /// [`write`](Self::write) for bytes no other thread touches meanwhile:
+    /// a real mapping copies with a plain `memcpy` instead of word-by-word
+    /// atomic stores.
+    ///
+    /// # Safety
+    /// No other thread may read or write any byte of
+    /// `[offset, offset + data.len())` while this runs, unless ordered
+    /// before or after it by a happens-before edge (the journal uses it only
+    /// on a slot it owns after claiming it with an atomic add).
+    unsafe fn write_unshared(&self, offset: usize, data: &[u8]) {
+        self.write(offset, data)
+    }
+    /// [`read`](Self::read) for bytes no other thread writes meanwhile.
+    ///
+    /// # Safety
+    /// No other thread may write any byte of `[offset, offset + buf.len())`
+    /// while this runs, unless ordered before or after it by a
+    /// happens-before edge.
+    unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
+        self.read(offset, buf)
+    }
     /// Write back the cache lines of every range, then fence once: on return
     /// (in `Dax`/`Tmpfs`/`Simulated` mode) those stores are durable.
     fn persist_ranges(&self, ranges: &[(usize, usize)]);
@@ -99,6 +120,14 @@ impl<T: Persist + ?Sized> Persist for std::sync::Arc<T> {
     }
     fn read(&self, offset: usize, buf: &mut [u8]) {
         (**self).read(offset, buf)
+    }
+    unsafe fn write_unshared(&self, offset: usize, data: &[u8]) {
+        // SAFETY: the caller's guarantee is passed on unchanged.
+        unsafe { (**self).write_unshared(offset, data) }
+    }
+    unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
+        // SAFETY: the caller's guarantee is passed on unchanged.
+        unsafe { (**self).read_unshared(offset, buf) }
     }
     fn persist_ranges(&self, ranges: &[(usize, usize)]) {
         (**self).persist_ranges(ranges)
@@ -137,8 +166,10 @@ pub struct PmemRegion {
 }
 
 // SAFETY: the mapping is owned by the region and lives until drop; every
-// access to its bytes goes through atomic loads/stores (see `words`), so
-// sharing the pointer across threads cannot cause a data race.
+// safe access to its bytes goes through atomic loads/stores (see `words`),
+// so sharing the pointer across threads cannot cause a data race; the plain
+// copies (`write_unshared`/`read_unshared`) are `unsafe` and their callers
+// promise exclusive access.
 unsafe impl Send for PmemRegion {}
 // SAFETY: as above.
 unsafe impl Sync for PmemRegion {}
@@ -168,6 +199,8 @@ impl PmemRegion {
         use std::os::fd::AsRawFd;
         let fd = file.as_raw_fd();
         let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // MAP_POPULATE pre-faults every page now, so the first lap of each
+        // ring does not pay a page fault per slot (real pmem never faults).
         // SAFETY: mapping a file we hold open, at a kernel-chosen address;
         // the result is checked against MAP_FAILED before use.
         let dax = unsafe {
@@ -175,7 +208,7 @@ impl PmemRegion {
                 std::ptr::null_mut(),
                 len,
                 prot,
-                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_POPULATE,
                 fd,
                 0,
             )
@@ -184,7 +217,16 @@ impl PmemRegion {
             (dax, RegionMode::Dax)
         } else {
             // SAFETY: as above, plain shared mapping.
-            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    fd,
+                    0,
+                )
+            };
             if p == libc::MAP_FAILED {
                 return Err(io("mmap")(std::io::Error::last_os_error()));
             }
@@ -299,6 +341,28 @@ impl Persist for PmemRegion {
     }
     fn read(&self, offset: usize, buf: &mut [u8]) {
         atomic_load(self.words(), self.bytes(), offset, buf);
+    }
+    unsafe fn write_unshared(&self, offset: usize, data: &[u8]) {
+        assert!(
+            offset <= self.len && data.len() <= self.len - offset,
+            "region store out of bounds"
+        );
+        // SAFETY: the range lies inside our live mapping (checked above),
+        // `data` is ordinary memory and cannot overlap the mapping's bytes
+        // being written by anyone else: the caller guarantees no concurrent
+        // access to the destination.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), data.len())
+        };
+    }
+    unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
+        assert!(
+            offset <= self.len && buf.len() <= self.len - offset,
+            "region load out of bounds"
+        );
+        // SAFETY: the range lies inside our live mapping (checked above) and
+        // the caller guarantees nobody writes it concurrently.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), buf.as_mut_ptr(), buf.len()) };
     }
     fn persist_ranges(&self, ranges: &[(usize, usize)]) {
         for &(offset, len) in ranges {
