@@ -290,7 +290,16 @@ pub fn run(args: JournalArgs) -> Result<()> {
     let _ = std::fs::remove_file(&args.region);
     println!(
         "{:<7} {:<12} {:>7} {:>10} {:>8} {:>9} {:>6} {:>10} {:>10} {:>10}",
-        "", "journal", "threads", "blocks/s", "MiB/s", "tx/s", "cpu", "stage p50", "commit p50", "commit p99"
+        "",
+        "journal",
+        "threads",
+        "blocks/s",
+        "MiB/s",
+        "tx/s",
+        "cpu",
+        "stage p50",
+        "commit p50",
+        "commit p99"
     );
     let kinds: Vec<JournalKind> = args.kinds.iter().map(|k| k.kind()).collect();
     // (kind, threads) -> runs, in order.
@@ -299,7 +308,11 @@ pub fn run(args: JournalArgs) -> Result<()> {
         for rep in 0..args.repeat.max(1) {
             for &kind in &kinds {
                 let r = run_one(&args, kind, threads)?;
-                print_row(&format!("run {}", rep + 1), &kind_name(kind, args.partitions), &r);
+                print_row(
+                    &format!("run {}", rep + 1),
+                    &kind_name(kind, args.partitions),
+                    &r,
+                );
                 match runs.iter_mut().find(|(k, _)| *k == (kind, threads)) {
                     Some((_, v)) => v.push(r),
                     None => runs.push(((kind, threads), vec![r])),

@@ -12,8 +12,8 @@ use ptsd_blockdev::BlockDevice;
 
 use crate::error::{FormatError, JournalError};
 use crate::layout::{
-    Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, SB_SIZE,
-    SLOT_HEADER,
+    Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
+    SB_SIZE, SLOT_HEADER,
 };
 use crate::region::{Persist, RegionMode};
 
@@ -141,6 +141,16 @@ pub struct RecoveryReport {
 
 const ST_STAGED: u64 = 1;
 const ST_ABORTED: u64 = 2;
+const ST_CLAIMED: u64 = 3;
+
+/// Entries in the ring of per-epoch done marks: at most this many
+/// transactions can begin past the oldest unfinished one.
+const EPOCH_RING: usize = 1 << 14;
+
+#[inline]
+fn epoch_idx(epoch: u64) -> usize {
+    (epoch % EPOCH_RING as u64) as usize
+}
 
 #[inline]
 fn staged(pos: u64) -> u64 {
@@ -149,6 +159,10 @@ fn staged(pos: u64) -> u64 {
 #[inline]
 fn aborted(pos: u64) -> u64 {
     pos << 2 | ST_ABORTED
+}
+#[inline]
+fn claimed(pos: u64) -> u64 {
+    pos << 2 | ST_CLAIMED
 }
 
 /// Keeps hot atomics on their own cache lines (no false sharing).
@@ -174,7 +188,7 @@ struct Partition {
     tail: Padded<AtomicU64>,
     staged_blocks: Padded<AtomicU64>,
     journal_reads: Padded<AtomicU64>,
-    /// Per slot: `pos << 2 | status` once staged/aborted at `pos`.
+    /// Per slot: `pos << 2 | status` once claimed/staged/aborted at `pos`.
     state: Box<[AtomicU64]>,
     /// Per slot: block number and epoch (published by `state`).
     meta_block: Box<[AtomicU64]>,
@@ -211,6 +225,7 @@ impl Partition {
 struct Durable {
     seq: u64,
     epoch: u64,
+    excluded: Vec<u64>,
     heads: Vec<u64>,
     tails: Vec<u64>,
 }
@@ -218,7 +233,15 @@ struct Durable {
 #[derive(Clone)]
 struct CkptTarget {
     epoch: u64,
+    excluded: Vec<u64>,
     heads: Vec<u64>,
+}
+
+impl CkptTarget {
+    /// True if the slots of `epoch` are committed by this target.
+    fn covers(&self, epoch: u64) -> bool {
+        epoch <= self.epoch && !self.excluded.contains(&epoch)
+    }
 }
 
 #[derive(Default)]
@@ -246,14 +269,18 @@ pub(crate) struct Inner {
     parts: Vec<Partition>,
     fill_threshold: u64,
 
-    current_epoch: Padded<AtomicU64>,
-    open_txs: [Padded<AtomicU64>; 2],
-    durable_epoch: Padded<AtomicU64>,
+    /// Next transaction epoch: every transaction gets its own (a ticket).
+    next_epoch: Padded<AtomicU64>,
+    /// Per epoch (modulo the ring): the epoch number once its transaction
+    /// has finished or aborted.
+    epoch_done: Box<[AtomicU64]>,
+    /// Every epoch below this is done (advanced over `epoch_done`).
+    done_below: Padded<AtomicU64>,
+    /// Non-empty transactions finished so far.
     finished: Padded<AtomicU64>,
-    /// Highest epoch of a finished non-empty transaction: a commit must make
-    /// this epoch durable, and nothing more (precise group commit).
-    last_finished_epoch: Padded<AtomicU64>,
-    next_txid: Padded<AtomicU64>,
+    /// `finished` as read by the newest durable commit before it looked at
+    /// the epochs: every transaction counted there is durable.
+    durable_finished: Padded<AtomicU64>,
     aborted: Padded<AtomicU64>,
 
     commit_lock: Mutex<()>,
@@ -367,6 +394,7 @@ impl Journal {
             kind: RecordKind::Format,
             seq: 1,
             epoch: 0,
+            excluded: Vec::new(),
             heads: vec![0; n],
             tails: vec![0; n],
         };
@@ -431,18 +459,20 @@ impl Journal {
             kind: cfg.kind,
             parts,
             fill_threshold,
-            current_epoch: Padded(AtomicU64::new(rec.epoch + 1)),
-            open_txs: [Padded::default(), Padded::default()],
-            durable_epoch: Padded(AtomicU64::new(rec.epoch)),
+            next_epoch: Padded(AtomicU64::new(rec.epoch + 1)),
+            // Entry `e % EPOCH_RING` holds `e` once epoch `e` is done; 0 is
+            // never a live epoch, so the zeroed ring means "none done".
+            epoch_done: (0..EPOCH_RING).map(|_| AtomicU64::new(0)).collect(),
+            done_below: Padded(AtomicU64::new(rec.epoch + 1)),
             finished: Padded::default(),
-            last_finished_epoch: Padded(AtomicU64::new(rec.epoch)),
-            next_txid: Padded(AtomicU64::new(1)),
+            durable_finished: Padded::default(),
             aborted: Padded::default(),
             commit_lock: Mutex::new(()),
             global_lock: (cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(())),
             durable: Mutex::new(Durable {
                 seq: rec.seq,
                 epoch: rec.epoch,
+                excluded: rec.excluded.clone(),
                 heads: rec.heads.clone(),
                 tails: rec.tails.clone(),
             }),
@@ -493,18 +523,11 @@ impl Journal {
     pub fn begin(&self) -> Tx {
         let inner = &self.inner;
         inner.wait_below_high_water();
-        let epoch = loop {
-            let e = inner.current_epoch.load(Ordering::SeqCst);
-            inner.open_txs[(e & 1) as usize].fetch_add(1, Ordering::SeqCst);
-            if inner.current_epoch.load(Ordering::SeqCst) == e {
-                break e;
-            }
-            // A commit closed epoch `e` meanwhile: join the new one.
-            inner.open_txs[(e & 1) as usize].fetch_sub(1, Ordering::SeqCst);
-        };
+        let epoch = inner.next_epoch.fetch_add(1, Ordering::SeqCst);
+        inner.wait_epoch_room(epoch);
         Tx {
             inner: inner.clone(),
-            txid: inner.next_txid.fetch_add(1, Ordering::Relaxed),
+            txid: epoch,
             epoch,
             slots: Vec::new(),
             done: false,
@@ -548,6 +571,7 @@ impl Journal {
                     kind: RecordKind::Clean,
                     seq: d.seq,
                     epoch: d.epoch,
+                    excluded: d.excluded.clone(),
                     heads: d.heads.clone(),
                     tails: d.heads.clone(),
                 };
@@ -730,7 +754,7 @@ impl Tx {
             return Err(e);
         }
         {
-            let _g = inner.global_lock.as_ref().map(|m| m.lock());
+            let _g = inner.global_lock.as_ref().map(lock_spinning);
             for &(p, pos, block) in &self.slots {
                 let mut idx = inner.parts[p as usize].index.write();
                 let e = idx.entry(block).or_insert(pos);
@@ -739,17 +763,13 @@ impl Tx {
                 }
             }
         }
+        // Done mark first, count second: a commit that reads the count
+        // (SeqCst, before scanning the marks) then sees our mark, so it
+        // covers us (see `commit_covering`).
+        inner.epoch_done[epoch_idx(self.epoch)].store(self.epoch, Ordering::SeqCst);
         if !self.slots.is_empty() {
-            inner.finished.fetch_add(1, Ordering::Relaxed);
-            // Before leaving the epoch: a commit that sees us gone also sees
-            // the epoch it has to make durable.
-            if inner.last_finished_epoch.load(Ordering::SeqCst) < self.epoch {
-                inner
-                    .last_finished_epoch
-                    .fetch_max(self.epoch, Ordering::SeqCst);
-            }
+            inner.finished.fetch_add(1, Ordering::SeqCst);
         }
-        inner.open_txs[(self.epoch & 1) as usize].fetch_sub(1, Ordering::SeqCst);
         Ok(TxId(self.txid))
     }
 }
@@ -807,7 +827,7 @@ impl Inner {
         self.check_buf(block, data.len())?;
         let p = (block % u64::from(self.geo.partitions)) as usize;
         let part = &self.parts[p];
-        let mut guard = self.global_lock.as_ref().map(|m| m.lock());
+        let mut guard = self.global_lock.as_ref().map(lock_spinning);
         let pos = part.head.fetch_add(1, Ordering::AcqRel);
         let tail = part.tail.load(Ordering::Acquire);
         if pos >= tail + self.geo.slots {
@@ -815,13 +835,16 @@ impl Inner {
             // that frees space needs it.
             drop(guard.take());
             self.wait_for_space(p, pos, epoch)?;
-            guard = self.global_lock.as_ref().map(|m| m.lock());
+            guard = self.global_lock.as_ref().map(lock_spinning);
         } else if pos + 1 - tail >= self.fill_threshold {
             self.kick_trigger();
         }
         let idx = (pos % self.geo.slots) as usize;
         part.meta_block[idx].store(block, Ordering::Relaxed);
         part.meta_epoch[idx].store(epoch, Ordering::Relaxed);
+        // Tell committers whose epoch this slot belongs to, so that a commit
+        // of an earlier epoch does not wait for this stage to finish.
+        part.state[idx].store(claimed(pos), Ordering::Release);
         let off = self.geo.slot_offset(p, pos);
         let header = SlotHeader {
             pos,
@@ -867,8 +890,10 @@ impl Inner {
             let idx = (tail % self.geo.slots) as usize;
             let st = part.state[idx].load(Ordering::Acquire);
             if st == staged(tail) && part.meta_epoch[idx].load(Ordering::Relaxed) >= epoch {
-                // Freeing the tail needs a commit of an epoch that includes
-                // us: waiting would deadlock. Leave a hole at `pos`.
+                // Freeing the tail needs our own transaction, or a younger
+                // one, to finish. Waiting only ever for older transactions
+                // rules out a cycle of waiters (wait-die): give up and leave
+                // a hole at `pos`.
                 part.holes.lock().push(pos);
                 return Err(JournalError::Full { partition: p });
             }
@@ -910,7 +935,7 @@ impl Inner {
                 self.region.write(off, &FLAG_ABORTED.to_le_bytes());
                 ranges.push((off, 8));
             }
-            // Durable before the epoch can commit (we still hold it open).
+            // Durable before the epoch is marked done and can commit.
             self.region.persist_ranges(&ranges);
             for &(p, pos, _) in slots {
                 let idx = (pos % self.geo.slots) as usize;
@@ -918,7 +943,7 @@ impl Inner {
             }
         }
         self.aborted.fetch_add(1, Ordering::Relaxed);
-        self.open_txs[(epoch & 1) as usize].fetch_sub(1, Ordering::SeqCst);
+        self.epoch_done[epoch_idx(epoch)].store(epoch, Ordering::SeqCst);
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
@@ -965,6 +990,61 @@ impl Inner {
         }
     }
 
+    /// Advance `done_below` over finished/aborted epochs; returns it.
+    fn advance_done_below(&self) -> u64 {
+        let start = self.done_below.load(Ordering::Acquire);
+        let mut e = start;
+        while self.epoch_done[epoch_idx(e)].load(Ordering::Acquire) == e {
+            e += 1;
+        }
+        if e > start {
+            self.done_below.fetch_max(e, Ordering::AcqRel).max(e)
+        } else {
+            start
+        }
+    }
+
+    /// An epoch's `epoch_done` entry is reused every [`EPOCH_RING`] epochs:
+    /// wait until the epoch that used it before is done (only ever needed
+    /// when that many transactions started while an old one stays open).
+    fn wait_epoch_room(&self, epoch: u64) {
+        let mut wait = Backoff::default();
+        while epoch >= self.advance_done_below() + EPOCH_RING as u64 {
+            wait.snooze();
+        }
+    }
+
+    /// Wait until every position of partition `p` below `head` is staged,
+    /// aborted, or claimed by a transaction the commit `target` excludes.
+    fn wait_passed(&self, p: usize, head: u64, target: &CkptTarget) -> Result<()> {
+        let part = &self.parts[p];
+        if part.last_check.load(Ordering::Acquire) >= head {
+            return Ok(());
+        }
+        self.advance_last_check(p);
+        let mut j = part.last_check.load(Ordering::Acquire);
+        let mut wait = Backoff::default();
+        while j < head {
+            let idx = (j % self.geo.slots) as usize;
+            let st = part.state[idx].load(Ordering::Acquire);
+            let passed = st == staged(j)
+                || st == aborted(j)
+                || (st == claimed(j)
+                    && !target.covers(part.meta_epoch[idx].load(Ordering::Relaxed)));
+            if passed {
+                j += 1;
+                continue;
+            }
+            // The claim is not published yet (a few instructions away), or
+            // a freed hole is about to be marked aborted.
+            wait.snooze();
+            if self.shutdown.load(Ordering::Relaxed) {
+                return Err(JournalError::Closed);
+            }
+        }
+        Ok(())
+    }
+
     fn commit_worker(&self, p: usize) {
         while !self.shutdown.load(Ordering::Relaxed) {
             if !self.advance_last_check(p) {
@@ -975,32 +1055,69 @@ impl Inner {
 
     fn commit(&self) -> Result<()> {
         self.check_running()?;
-        // Every transaction finished before this call belongs to an epoch
-        // <= `want` (finish raises `last_finished_epoch` before returning),
-        // and committing an epoch makes every earlier one durable too. So a
-        // caller whose work another commit already covered (or covers while
-        // it waits for the lock) returns at once: group commit.
-        let want = self.last_finished_epoch.load(Ordering::SeqCst);
-        if self.durable_epoch.load(Ordering::SeqCst) >= want {
+        // `finished` counts every transaction finished before this call;
+        // once a durable commit has counted as many, they are all durable.
+        let fin = self.finished.load(Ordering::SeqCst);
+        if self.durable_finished.load(Ordering::SeqCst) >= fin {
             self.shared_commits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let _c = self.commit_lock.lock();
-        self.check_running()?;
-        if self.durable_epoch.load(Ordering::SeqCst) >= want {
-            self.shared_commits.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        // Close epoch E: new transactions join E + 1; wait for E's to end.
-        let epoch = self.current_epoch.fetch_add(1, Ordering::SeqCst);
-        let open = &self.open_txs[(epoch & 1) as usize];
+        self.commit_covering(fin)
+    }
+
+    /// Write a commit record covering every transaction finished so far
+    /// (at least the first `fin`), unless another commit does.
+    fn commit_covering(&self, fin: u64) -> Result<()> {
+        // One commit at a time. A commit takes about a microsecond, so wait
+        // for a running one by spinning (a sleeping waiter would pay a
+        // wake-up, far longer), and stop waiting as soon as it covers us:
+        // group commit.
         let mut wait = Backoff::default();
-        while open.load(Ordering::SeqCst) != 0 {
-            wait.snooze();
+        let _c = loop {
+            if self.durable_finished.load(Ordering::SeqCst) >= fin {
+                self.shared_commits.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            if let Some(g) = self.commit_lock.try_lock() {
+                break g;
+            }
+            if wait.spun_out() {
+                break self.commit_lock.lock();
+            }
+            std::hint::spin_loop();
+            wait.count();
+        };
+        self.check_running()?;
+        if self.durable_finished.load(Ordering::SeqCst) >= fin {
+            self.shared_commits.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         }
+        // Which epochs this commit covers: every epoch up to the newest
+        // begun, except those whose transaction is still open, which are
+        // listed in the record as excluded. So a commit never waits for a
+        // transaction in progress (it waits only when more than
+        // MAX_EXCLUDED are open at once).
+        let mut wait = Backoff::default();
+        let (counted, epoch, excluded) = loop {
+            let counted = self.finished.load(Ordering::SeqCst);
+            let top = self.next_epoch.load(Ordering::SeqCst) - 1;
+            let below = self.advance_done_below();
+            let excluded: Vec<u64> = (below..=top)
+                .filter(|&e| self.epoch_done[epoch_idx(e)].load(Ordering::SeqCst) != e)
+                .take(MAX_EXCLUDED + 1)
+                .collect();
+            if excluded.len() <= MAX_EXCLUDED {
+                break (counted, top, excluded);
+            }
+            wait.snooze();
+            if self.shutdown.load(Ordering::Relaxed) {
+                return Err(JournalError::Closed);
+            }
+        };
         // Snapshot every partition's index (the paper's commit_ts). Positions
-        // past the ring's capacity belong to later epochs and are excluded.
-        let g = self.global_lock.as_ref().map(|m| m.lock());
+        // past the ring's capacity belong to stagers still waiting for
+        // space, necessarily of later epochs, and are excluded.
+        let g = self.global_lock.as_ref().map(lock_spinning);
         let heads: Vec<u64> = self
             .parts
             .iter()
@@ -1010,32 +1127,33 @@ impl Inner {
             })
             .collect();
         drop(g);
-        // Wait until every partition's commit worker has passed the snapshot
-        // (helping it along, which saves a thread hand-off).
-        for (p, &h) in heads.iter().enumerate() {
-            let mut wait = Backoff::default();
-            while self.parts[p].last_check.load(Ordering::Acquire) < h {
-                if !self.advance_last_check(p) {
-                    wait.snooze();
-                }
-                if self.shutdown.load(Ordering::Relaxed) {
-                    return Err(JournalError::Closed);
-                }
-            }
+        // Wait until every partition has passed its snapshot: `last_check`
+        // (advanced by the partition's commit worker, or here) over flagged
+        // slots, and past it only slots of later or excluded epochs, which
+        // the record keeps from replay.
+        let target = CkptTarget {
+            epoch,
+            excluded,
+            heads,
+        };
+        for (p, &h) in target.heads.iter().enumerate() {
+            self.wait_passed(p, h, &target)?;
         }
         self.region
             .sync()
             .map_err(|e| self.fail(format!("region sync: {e}")))?;
-        let g = self.global_lock.as_ref().map(|m| m.lock());
+        let g = self.global_lock.as_ref().map(lock_spinning);
         {
             let mut d = self.durable.lock();
             d.seq += 1;
             d.epoch = epoch;
-            d.heads = heads;
+            d.heads = target.heads;
+            d.excluded = target.excluded;
             let rec = Record {
                 kind: RecordKind::Commit,
                 seq: d.seq,
                 epoch,
+                excluded: d.excluded.clone(),
                 heads: d.heads.clone(),
                 tails: d.tails.clone(),
             };
@@ -1045,7 +1163,7 @@ impl Inner {
                 .map_err(|e| self.fail(format!("region sync: {e}")))?;
         }
         drop(g);
-        self.durable_epoch.store(epoch, Ordering::SeqCst);
+        self.durable_finished.fetch_max(counted, Ordering::SeqCst);
         self.commits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -1083,7 +1201,12 @@ impl Inner {
                 continue;
             }
             last = Instant::now();
-            if self.commit().is_err() {
+            // Commit what is finished (a commit never waits for open
+            // transactions: a stager waiting for ring space may be one).
+            let fin = self.finished.load(Ordering::SeqCst);
+            if fin > self.durable_finished.load(Ordering::SeqCst)
+                && self.commit_covering(fin).is_err()
+            {
                 continue;
             }
             self.request_checkpoint();
@@ -1108,6 +1231,7 @@ impl Inner {
             let d = self.durable.lock();
             CkptTarget {
                 epoch: d.epoch,
+                excluded: d.excluded.clone(),
                 heads: d.heads.clone(),
             }
         };
@@ -1199,7 +1323,7 @@ impl Inner {
             if st == aborted(pos) {
                 continue;
             }
-            if st != staged(pos) || part.meta_epoch[idx].load(Ordering::Relaxed) > target.epoch {
+            if st != staged(pos) || !target.covers(part.meta_epoch[idx].load(Ordering::Relaxed)) {
                 new_tail = pos;
                 break;
             }
@@ -1260,6 +1384,7 @@ impl Inner {
                 kind: RecordKind::Checkpoint,
                 seq: d.seq,
                 epoch: d.epoch,
+                excluded: d.excluded.clone(),
                 heads: d.heads.clone(),
                 tails: d.tails.clone(),
             };
@@ -1322,7 +1447,39 @@ struct Backoff {
 /// How long a waiter spins before it starts yielding the CPU.
 const SPIN_LIMIT: Duration = Duration::from_micros(50);
 
+/// Take a lock that is held for about a microsecond at a time (the
+/// baseline's journal lock, the commit lock): spin for up to
+/// [`SPIN_LIMIT`] before sleeping in the kernel, as a kernel spinlock
+/// would; parking at once would make every hand-off pay a futex wake-up,
+/// which is many times the critical section (a lock convoy).
+fn lock_spinning(m: &Mutex<()>) -> parking_lot::MutexGuard<'_, ()> {
+    let mut wait = Backoff::default();
+    loop {
+        if let Some(g) = m.try_lock() {
+            return g;
+        }
+        if wait.spun_out() {
+            return m.lock();
+        }
+        std::hint::spin_loop();
+        wait.count();
+    }
+}
+
 impl Backoff {
+    /// Count one pure spin (no yield); starts the clock after 64.
+    fn count(&mut self) {
+        self.spins += 1;
+        if self.spins >= 64 && self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+    }
+
+    /// True once this waiter has spun for [`SPIN_LIMIT`].
+    fn spun_out(&self) -> bool {
+        self.since.is_some_and(|t| t.elapsed() >= SPIN_LIMIT)
+    }
+
     fn snooze(&mut self) {
         self.spins += 1;
         if self.spins < 64 {

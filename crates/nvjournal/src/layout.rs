@@ -13,7 +13,7 @@
 use crate::error::FormatError;
 
 pub(crate) const SB_MAGIC: [u8; 8] = *b"PTSDNVJL";
-pub(crate) const SB_VERSION: u32 = 1;
+pub(crate) const SB_VERSION: u32 = 2;
 pub(crate) const SB_SIZE: usize = 4096;
 const SB_CRC_AT: usize = 88;
 
@@ -210,9 +210,13 @@ impl Geometry {
     }
 }
 
+/// Most epochs a commit record can list as excluded (transactions still
+/// open when the commit was taken); a commit finding more open waits.
+pub const MAX_EXCLUDED: usize = 64;
+
 /// Bytes of one commit record for `partitions` partitions.
 pub(crate) fn record_size(partitions: u32) -> u64 {
-    (36 + 16 * u64::from(partitions)).div_ceil(64) * 64
+    (36 + 16 * u64::from(partitions) + 8 * MAX_EXCLUDED as u64).div_ceil(64) * 64
 }
 
 /// Why a commit record was written.
@@ -249,8 +253,12 @@ pub(crate) struct Record {
     pub kind: RecordKind,
     /// Record sequence number; the valid record with the highest wins.
     pub seq: u64,
-    /// Every transaction of an epoch `<= epoch` is committed.
+    /// Every transaction of an epoch `<= epoch` is committed, except those
+    /// of the `excluded` epochs.
     pub epoch: u64,
+    /// Epochs `<= epoch` whose transactions were still open at the commit
+    /// (at most [`MAX_EXCLUDED`]); their slots are not replayed.
+    pub excluded: Vec<u64>,
     /// Per partition: ring positions below this were covered by the commit.
     pub heads: Vec<u64>,
     /// Per partition: ring positions below this are checkpointed and free
@@ -259,19 +267,28 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// Encode into the bytes actually used (at most `size`): fixed fields,
+    /// heads, tails, excluded epochs, crc32c over all of them.
     pub(crate) fn encode(&self, size: u64) -> Vec<u8> {
         let n = self.heads.len();
-        let mut b = vec![0u8; size as usize];
+        let k = self.excluded.len();
+        assert!(k <= MAX_EXCLUDED, "too many excluded epochs in a record");
+        let crc_at = 32 + 16 * n + 8 * k;
+        assert!(crc_at as u64 + 4 <= size, "record larger than its slot");
+        let mut b = vec![0u8; crc_at + 4];
         put32(&mut b, 0, REC_MAGIC);
         put32(&mut b, 4, self.kind as u32);
         put64(&mut b, 8, self.seq);
         put64(&mut b, 16, self.epoch);
         put32(&mut b, 24, n as u32);
+        put32(&mut b, 28, k as u32);
         for i in 0..n {
             put64(&mut b, 32 + 8 * i, self.heads[i]);
             put64(&mut b, 32 + 8 * n + 8 * i, self.tails[i]);
         }
-        let crc_at = 32 + 16 * n;
+        for (i, &e) in self.excluded.iter().enumerate() {
+            put64(&mut b, 32 + 16 * n + 8 * i, e);
+        }
         let crc = crc32c::crc32c(&b[..crc_at]);
         put32(&mut b, crc_at, crc);
         b
@@ -280,8 +297,15 @@ impl Record {
     /// Parse a record; `None` if it is torn, foreign or inconsistent.
     pub(crate) fn decode(b: &[u8], partitions: u32) -> Option<Self> {
         let n = partitions as usize;
-        let crc_at = 32 + 16 * n;
-        if b.len() < crc_at + 4 || le32(b, 0) != REC_MAGIC || le32(b, 24) != partitions {
+        if b.len() < 32 || le32(b, 0) != REC_MAGIC || le32(b, 24) != partitions {
+            return None;
+        }
+        let k = le32(b, 28) as usize;
+        if k > MAX_EXCLUDED {
+            return None;
+        }
+        let crc_at = 32 + 16 * n + 8 * k;
+        if b.len() < crc_at + 4 {
             return None;
         }
         if crc32c::crc32c(&b[..crc_at]) != le32(b, crc_at) {
@@ -289,10 +313,12 @@ impl Record {
         }
         let heads: Vec<u64> = (0..n).map(|i| le64(b, 32 + 8 * i)).collect();
         let tails: Vec<u64> = (0..n).map(|i| le64(b, 32 + 8 * n + 8 * i)).collect();
+        let excluded: Vec<u64> = (0..k).map(|i| le64(b, 32 + 16 * n + 8 * i)).collect();
         Some(Self {
             kind: RecordKind::from_u32(le32(b, 4))?,
             seq: le64(b, 8),
             epoch: le64(b, 16),
+            excluded,
             heads,
             tails,
         })
@@ -379,11 +405,15 @@ mod tests {
             kind: RecordKind::Commit,
             seq: 9,
             epoch: 4,
+            excluded: vec![2, 3],
             heads: vec![5, 6],
             tails: vec![1, 2],
         };
         let b = r.encode(record_size(2));
         assert_eq!(Record::decode(&b, 2), Some(r));
+        let mut too_many = b.clone();
+        too_many[28] = (MAX_EXCLUDED + 1) as u8;
+        assert_eq!(Record::decode(&too_many, 2), None);
         let mut torn = b.clone();
         torn[40] ^= 0xff;
         assert_eq!(Record::decode(&torn, 2), None);

@@ -39,7 +39,11 @@ pub(crate) fn recover(
         for pos in last.tails[p]..last.heads[p] {
             region.read(geo.slot_offset(p, pos), &mut slot);
             match SlotHeader::decode_valid(&slot, pos, geo.block_size) {
-                Some(h) if h.epoch <= last.epoch && h.block < geo.device_blocks => {
+                Some(h)
+                    if h.epoch <= last.epoch
+                        && !last.excluded.contains(&h.epoch)
+                        && h.block < geo.device_blocks =>
+                {
                     report.committed_slots += 1;
                     newest.insert(h.block, pos);
                 }
@@ -75,6 +79,7 @@ pub(crate) fn recover(
         kind: RecordKind::Recovered,
         seq: last.seq + 1,
         epoch: last.epoch,
+        excluded: Vec::new(),
         heads: start.clone(),
         tails: start,
     };

@@ -351,9 +351,7 @@ impl Persist for PmemRegion {
         // `data` is ordinary memory and cannot overlap the mapping's bytes
         // being written by anyone else: the caller guarantees no concurrent
         // access to the destination.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), data.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), data.len()) };
     }
     unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
         assert!(
@@ -362,7 +360,9 @@ impl Persist for PmemRegion {
         );
         // SAFETY: the range lies inside our live mapping (checked above) and
         // the caller guarantees nobody writes it concurrently.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), buf.as_mut_ptr(), buf.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(offset), buf.as_mut_ptr(), buf.len())
+        };
     }
     fn persist_ranges(&self, ranges: &[(usize, usize)]) {
         for &(offset, len) in ranges {

@@ -240,3 +240,73 @@ fn crash_multithreaded_random_points() {
         );
     }
 }
+
+/// A commit taken while another transaction is open lists its epoch as
+/// excluded: after a crash the open transaction's staged blocks are not
+/// replayed, the committed one's are; once it finishes and a later commit
+/// covers it, it is replayed too.
+#[test]
+fn commit_excludes_open_transactions() {
+    for kind in [JournalKind::Partitioned, JournalKind::SingleLock] {
+        let partitions = if kind == JournalKind::Partitioned {
+            3
+        } else {
+            1
+        };
+        let cfg = config(kind, partitions);
+        let dev = Arc::new(CrashDevice::new(BS as u32, BLOCKS).unwrap());
+        let region = CrashRegion::new(REGION);
+        let j = Journal::create(region.clone(), dev.clone(), cfg.clone()).unwrap();
+        // Older transaction, left open across the commit.
+        let mut open = j.begin();
+        open.write(1, &value(1, 1, 1)).unwrap();
+        open.write(2, &value(1, 1, 2)).unwrap();
+        // Younger transaction, finished and committed meanwhile (from
+        // another thread, as a file system would).
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut tx = j.begin();
+                tx.write(3, &value(2, 2, 3)).unwrap();
+                tx.finish().unwrap();
+                j.commit().unwrap();
+            });
+        });
+        let recover = |image: Vec<u8>| {
+            let dev2: Arc<dyn BlockDevice> = Arc::new(dev.reopen());
+            let (j2, _) = Journal::open(CrashRegion::from_image(image), dev2, cfg.clone()).unwrap();
+            let mut got = Vec::new();
+            for b in 1..=3 {
+                let mut buf = vec![0u8; BS];
+                j2.read(b, &mut buf).unwrap();
+                got.push(buf);
+            }
+            got
+        };
+        let got = recover(region.crash_image(5));
+        assert_eq!(got[0], vec![0u8; BS], "{kind:?}: open transaction replayed");
+        assert_eq!(got[1], vec![0u8; BS], "{kind:?}: open transaction replayed");
+        assert_eq!(
+            got[2],
+            value(2, 2, 3),
+            "{kind:?}: committed transaction lost"
+        );
+        open.finish().unwrap();
+        j.commit().unwrap();
+        let got = recover(region.crash_image(6));
+        assert_eq!(
+            got[0],
+            value(1, 1, 1),
+            "{kind:?}: finished transaction lost"
+        );
+        assert_eq!(
+            got[1],
+            value(1, 1, 2),
+            "{kind:?}: finished transaction lost"
+        );
+        assert_eq!(
+            got[2],
+            value(2, 2, 3),
+            "{kind:?}: committed transaction lost"
+        );
+    }
+}
