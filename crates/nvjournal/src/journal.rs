@@ -860,10 +860,9 @@ impl Inner {
         // lap's occupant was checkpointed, dropped from the index and freed
         // (tail advanced, Acquire) before we got here.
         unsafe {
-            self.region.write_unshared(off, &header);
-            self.region.write_unshared(off + SLOT_HEADER, data);
-        }
-        self.region.persist(off, SLOT_HEADER + data.len());
+            self.region
+                .write_persist_unshared(off, &[&header[..], data])
+        };
         self.region.write(off + FLAG_AT, &FLAG_STAGED.to_le_bytes());
         self.region.persist(off + FLAG_AT, 8);
         part.state[idx].store(staged(pos), Ordering::Release);

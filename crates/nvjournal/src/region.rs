@@ -96,6 +96,24 @@ pub trait Persist: Send + Sync {
     unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
         self.read(offset, buf)
     }
+    /// Store `parts` one after another from `offset` and make them durable:
+    /// [`write_unshared`](Self::write_unshared) each, then
+    /// [`persist`](Self::persist) the whole range. A real mapping uses
+    /// non-temporal stores where aligned, which bypass the cache (no
+    /// read-for-ownership of the destination, nothing left to write back),
+    /// so only the fence remains.
+    ///
+    /// # Safety
+    /// As [`write_unshared`](Self::write_unshared), for the whole range.
+    unsafe fn write_persist_unshared(&self, offset: usize, parts: &[&[u8]]) {
+        let mut at = offset;
+        for part in parts {
+            // SAFETY: the caller's guarantee covers every part.
+            unsafe { self.write_unshared(at, part) };
+            at += part.len();
+        }
+        self.persist(offset, at - offset);
+    }
     /// Write back the cache lines of every range, then fence once: on return
     /// (in `Dax`/`Tmpfs`/`Simulated` mode) those stores are durable.
     fn persist_ranges(&self, ranges: &[(usize, usize)]);
@@ -128,6 +146,10 @@ impl<T: Persist + ?Sized> Persist for std::sync::Arc<T> {
     unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
         // SAFETY: the caller's guarantee is passed on unchanged.
         unsafe { (**self).read_unshared(offset, buf) }
+    }
+    unsafe fn write_persist_unshared(&self, offset: usize, parts: &[&[u8]]) {
+        // SAFETY: the caller's guarantee is passed on unchanged.
+        unsafe { (**self).write_persist_unshared(offset, parts) }
     }
     fn persist_ranges(&self, ranges: &[(usize, usize)]) {
         (**self).persist_ranges(ranges)
@@ -292,6 +314,35 @@ impl Drop for PmemRegion {
     }
 }
 
+/// Copy `src` to `dst` so that it is durable after the next `sfence`: with
+/// non-temporal 16-byte stores where `dst` and the length are 16-aligned,
+/// else with a plain copy and a cache-line write-back.
+///
+/// # Safety
+/// `dst..dst + src.len()` must lie in one live mapping and not be accessed
+/// by any other thread meanwhile.
+unsafe fn copy_persist_nodrain(dst: *mut u8, src: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if (dst as usize) % 16 == 0 && src.len() % 16 == 0 {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        for (i, chunk) in src.chunks_exact(16).enumerate() {
+            // SAFETY: SSE2 is part of x86-64; `chunk` holds 16 readable
+            // bytes (unaligned load); `dst + 16 i` is 16-aligned and inside
+            // the range the caller vouches for.
+            unsafe {
+                let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+                _mm_stream_si128(dst.add(16 * i).cast::<__m128i>(), v);
+            }
+        }
+        return;
+    }
+    // SAFETY: the caller vouches for the destination range.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len());
+        flush_range(dst, src.len());
+    }
+}
+
 /// Copy `data` into atomically accessed memory (8-byte words where aligned).
 pub(crate) fn atomic_store(words: &[AtomicU64], bytes: &[AtomicU8], offset: usize, data: &[u8]) {
     assert!(
@@ -363,6 +414,21 @@ impl Persist for PmemRegion {
         unsafe {
             std::ptr::copy_nonoverlapping(self.base.add(offset), buf.as_mut_ptr(), buf.len())
         };
+    }
+    unsafe fn write_persist_unshared(&self, offset: usize, parts: &[&[u8]]) {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(
+            offset <= self.len && total <= self.len - offset,
+            "region store out of bounds"
+        );
+        let mut at = offset;
+        for part in parts {
+            // SAFETY: `[at, at + part.len())` lies inside our live mapping
+            // (checked above) and the caller guarantees exclusive access.
+            unsafe { copy_persist_nodrain(self.base.add(at), part) };
+            at += part.len();
+        }
+        store_fence();
     }
     fn persist_ranges(&self, ranges: &[(usize, usize)]) {
         for &(offset, len) in ranges {
