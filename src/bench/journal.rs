@@ -41,6 +41,9 @@ pub struct JournalArgs {
     /// uniformly from it, so it is also the hot set the checkpoints dedupe.
     #[arg(long, default_value_t = 2048)]
     device_blocks: u64,
+    /// Background checkpoint when a ring is this full (0..1).
+    #[arg(long, default_value_t = JournalConfig::default().checkpoint_fill)]
+    checkpoint_fill: f64,
     /// Runs per (journal, threads), interleaved partitioned / single-lock so
     /// that a change in machine load hits both; the median run is reported.
     #[arg(long, default_value_t = 3)]
@@ -90,9 +93,12 @@ fn run_one(args: &JournalArgs, kind: JournalKind, threads: usize) -> Result<RunR
     let region = PmemRegion::open_file(&args.region, args.region_mib << 20)
         .with_context(|| format!("mapping {}", args.region.display()))?;
     let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(BS as u32, args.device_blocks)?);
-    let cfg = match kind {
-        JournalKind::Partitioned => JournalConfig::partitioned(args.partitions),
-        JournalKind::SingleLock => JournalConfig::single_lock(),
+    let cfg = JournalConfig {
+        checkpoint_fill: args.checkpoint_fill,
+        ..match kind {
+            JournalKind::Partitioned => JournalConfig::partitioned(args.partitions),
+            JournalKind::SingleLock => JournalConfig::single_lock(),
+        }
     };
     let journal = Journal::create(region, device, cfg)?;
     let stop = AtomicBool::new(false);
@@ -275,7 +281,7 @@ pub fn run(args: JournalArgs) -> Result<()> {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at start: {}", load.trim());
     println!(
-        "journal bench: region {} ({}), flush instruction {}, {} MiB, {} B blocks, {} blocks/tx, commit every {} tx, {:.1} s per run, {} runs each (median shown), {} cores",
+        "journal bench: region {} ({}), flush instruction {}, {} MiB, {} B blocks, {} blocks/tx, commit every {} tx, hot set {} blocks, checkpoint at {:.0}% fill, {:.1} s per run, {} runs each (median shown), {} cores",
         args.region.display(),
         probe.mode(),
         probe.flush_instr(),
@@ -283,6 +289,8 @@ pub fn run(args: JournalArgs) -> Result<()> {
         BS,
         args.blocks_per_tx,
         args.commit_every,
+        args.device_blocks,
+        args.checkpoint_fill * 100.0,
         args.seconds,
         args.repeat,
         std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -1,7 +1,7 @@
 //! The journal: staging, transactions, group commit, reads, and the
 //! background threads (commit workers, checkpointers, trigger).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -98,7 +98,8 @@ pub struct TxId(pub u64);
 /// Counters describing what the journal has done.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JournalStats {
-    /// Blocks staged into rings.
+    /// Blocks staged into rings (ring slots claimed, less those given up
+    /// with [`JournalError::Full`] or a closed journal).
     pub staged_blocks: u64,
     /// Transactions finished.
     pub finished_txs: u64,
@@ -145,7 +146,7 @@ const ST_CLAIMED: u64 = 3;
 
 /// Entries in the ring of per-epoch done marks: at most this many
 /// transactions can begin past the oldest unfinished one.
-const EPOCH_RING: usize = 1 << 14;
+const EPOCH_RING: usize = 1 << 12;
 
 #[inline]
 fn epoch_idx(epoch: u64) -> usize {
@@ -177,6 +178,18 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
+/// DRAM state of one slot.
+#[repr(align(64))]
+#[derive(Default)]
+struct SlotMeta {
+    /// `pos << 2 | status` once claimed/staged/aborted at ring position
+    /// `pos`.
+    state: AtomicU64,
+    /// Block number and epoch of the slot (published by `state`).
+    block: AtomicU64,
+    epoch: AtomicU64,
+}
+
 /// DRAM state of one ring.
 struct Partition {
     /// Next ring position to claim.
@@ -186,13 +199,12 @@ struct Partition {
     last_check: Padded<AtomicU64>,
     /// Every position below this is checkpointed and free.
     tail: Padded<AtomicU64>,
-    staged_blocks: Padded<AtomicU64>,
+    /// Ring position this partition started at (for the stats).
+    start: u64,
     journal_reads: Padded<AtomicU64>,
-    /// Per slot: `pos << 2 | status` once claimed/staged/aborted at `pos`.
-    state: Box<[AtomicU64]>,
-    /// Per slot: block number and epoch (published by `state`).
-    meta_block: Box<[AtomicU64]>,
-    meta_epoch: Box<[AtomicU64]>,
+    /// Per slot: its DRAM state, one cache line each (neighbouring slots
+    /// are staged by different threads).
+    meta: Box<[SlotMeta]>,
     /// Newest finished version of each block in this ring: block -> pos.
     index: RwLock<HashMap<u64, u64>>,
     /// Positions claimed past the ring's capacity by stages that gave up
@@ -204,17 +216,14 @@ struct Partition {
 
 impl Partition {
     fn new(slots: u64, start: u64) -> Self {
-        let mk = || (0..slots).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
         Self {
             head: Padded(AtomicU64::new(start)),
             last_check: Padded(AtomicU64::new(start)),
             tail: Padded(AtomicU64::new(start)),
-            staged_blocks: Padded::default(),
+            start,
             journal_reads: Padded::default(),
-            state: mk(),
-            meta_block: mk(),
-            meta_epoch: mk(),
-            index: RwLock::new(HashMap::new()),
+            meta: (0..slots).map(|_| SlotMeta::default()).collect(),
+            index: RwLock::new(HashMap::default()),
             holes: Mutex::new(Vec::new()),
             ckpt_result: Mutex::new((start, Vec::new())),
         }
@@ -273,7 +282,7 @@ pub(crate) struct Inner {
     next_epoch: Padded<AtomicU64>,
     /// Per epoch (modulo the ring): the epoch number once its transaction
     /// has finished or aborted.
-    epoch_done: Box<[AtomicU64]>,
+    epoch_done: Box<[Padded<AtomicU64>]>,
     /// Every epoch below this is done (advanced over `epoch_done`).
     done_below: Padded<AtomicU64>,
     /// Non-empty transactions finished so far.
@@ -297,6 +306,10 @@ pub(crate) struct Inner {
     checkpoints: AtomicU64,
     checkpointed_blocks: AtomicU64,
     backpressure_waits: AtomicU64,
+    /// Ring positions claimed and then given up (see `abandon`).
+    abandoned: AtomicU64,
+    /// Some ring passed the high-water mark (a hint for `begin`).
+    high_water: AtomicBool,
     device_reads: AtomicU64,
 
     space_lock: Mutex<()>,
@@ -462,7 +475,7 @@ impl Journal {
             next_epoch: Padded(AtomicU64::new(rec.epoch + 1)),
             // Entry `e % EPOCH_RING` holds `e` once epoch `e` is done; 0 is
             // never a live epoch, so the zeroed ring means "none done".
-            epoch_done: (0..EPOCH_RING).map(|_| AtomicU64::new(0)).collect(),
+            epoch_done: (0..EPOCH_RING).map(|_| Padded::default()).collect(),
             done_below: Padded(AtomicU64::new(rec.epoch + 1)),
             finished: Padded::default(),
             durable_finished: Padded::default(),
@@ -485,6 +498,8 @@ impl Journal {
             checkpoints: AtomicU64::new(0),
             checkpointed_blocks: AtomicU64::new(0),
             backpressure_waits: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            high_water: AtomicBool::new(false),
             device_reads: AtomicU64::new(0),
             space_lock: Mutex::new(()),
             space_cv: Condvar::new(),
@@ -592,11 +607,14 @@ impl Journal {
     pub fn stats(&self) -> JournalStats {
         let i = &self.inner;
         JournalStats {
+            // Counted from the ring heads rather than per stage (a shared
+            // counter would bounce between the stagers' cores).
             staged_blocks: i
                 .parts
                 .iter()
-                .map(|p| p.staged_blocks.load(Ordering::Relaxed))
-                .sum(),
+                .map(|p| p.head.load(Ordering::Relaxed) - p.start)
+                .sum::<u64>()
+                .saturating_sub(i.abandoned.load(Ordering::Relaxed)),
             finished_txs: i.finished.load(Ordering::Relaxed),
             aborted_txs: i.aborted.load(Ordering::Relaxed),
             commits: i.commits.load(Ordering::Relaxed),
@@ -805,6 +823,11 @@ impl Inner {
         JournalError::Failed(why)
     }
 
+    /// `begin` waits while a ring holds more than this many live slots.
+    fn high_water_slots(&self) -> u64 {
+        self.geo.slots - self.geo.slots / 4
+    }
+
     fn check_buf(&self, block: u64, len: usize) -> Result<()> {
         if len != self.geo.block_size as usize {
             return Err(JournalError::BadLength {
@@ -836,15 +859,21 @@ impl Inner {
             drop(guard.take());
             self.wait_for_space(p, pos, epoch)?;
             guard = self.global_lock.as_ref().map(lock_spinning);
-        } else if pos + 1 - tail >= self.fill_threshold {
-            self.kick_trigger();
+        } else {
+            let used = pos + 1 - tail;
+            if used >= self.fill_threshold {
+                self.kick_trigger();
+            }
+            if used >= self.high_water_slots() && !self.high_water.load(Ordering::Relaxed) {
+                self.high_water.store(true, Ordering::Relaxed);
+            }
         }
         let idx = (pos % self.geo.slots) as usize;
-        part.meta_block[idx].store(block, Ordering::Relaxed);
-        part.meta_epoch[idx].store(epoch, Ordering::Relaxed);
+        part.meta[idx].block.store(block, Ordering::Relaxed);
+        part.meta[idx].epoch.store(epoch, Ordering::Relaxed);
         // Tell committers whose epoch this slot belongs to, so that a commit
         // of an earlier epoch does not wait for this stage to finish.
-        part.state[idx].store(claimed(pos), Ordering::Release);
+        part.meta[idx].state.store(claimed(pos), Ordering::Release);
         let off = self.geo.slot_offset(p, pos);
         let header = SlotHeader {
             pos,
@@ -865,8 +894,7 @@ impl Inner {
         };
         self.region.write(off + FLAG_AT, &FLAG_STAGED.to_le_bytes());
         self.region.persist(off + FLAG_AT, 8);
-        part.state[idx].store(staged(pos), Ordering::Release);
-        part.staged_blocks.fetch_add(1, Ordering::Relaxed);
+        part.meta[idx].state.store(staged(pos), Ordering::Release);
         drop(guard);
         Ok((p as u32, pos))
     }
@@ -883,17 +911,17 @@ impl Inner {
                 return Ok(());
             }
             if let Err(e) = self.check_running() {
-                part.holes.lock().push(pos);
+                self.abandon(part, pos);
                 return Err(e);
             }
             let idx = (tail % self.geo.slots) as usize;
-            let st = part.state[idx].load(Ordering::Acquire);
-            if st == staged(tail) && part.meta_epoch[idx].load(Ordering::Relaxed) >= epoch {
+            let st = part.meta[idx].state.load(Ordering::Acquire);
+            if st == staged(tail) && part.meta[idx].epoch.load(Ordering::Relaxed) >= epoch {
                 // Freeing the tail needs our own transaction, or a younger
                 // one, to finish. Waiting only ever for older transactions
                 // rules out a cycle of waiters (wait-die): give up and leave
                 // a hole at `pos`.
-                part.holes.lock().push(pos);
+                self.abandon(part, pos);
                 return Err(JournalError::Full { partition: p });
             }
             self.kick_trigger();
@@ -905,14 +933,26 @@ impl Inner {
         }
     }
 
+    /// Leave position `pos` unused (its stager gave up).
+    fn abandon(&self, part: &Partition, pos: u64) {
+        part.holes.lock().push(pos);
+        self.abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn wait_below_high_water(&self) {
-        let high = self.geo.slots - self.geo.slots / 4;
+        // Stagers raise `high_water` when they pass the mark, so that the
+        // common case reads one flag, not every ring's head and tail.
+        if !self.high_water.load(Ordering::Relaxed) {
+            return;
+        }
+        let high = self.high_water_slots();
         let over = || {
             self.parts
                 .iter()
                 .any(|p| p.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high)
         };
         if !over() {
+            self.high_water.store(false, Ordering::Relaxed);
             return;
         }
         self.backpressure_waits.fetch_add(1, Ordering::Relaxed);
@@ -938,7 +978,9 @@ impl Inner {
             self.region.persist_ranges(&ranges);
             for &(p, pos, _) in slots {
                 let idx = (pos % self.geo.slots) as usize;
-                self.parts[p as usize].state[idx].store(aborted(pos), Ordering::Release);
+                self.parts[p as usize].meta[idx]
+                    .state
+                    .store(aborted(pos), Ordering::Release);
             }
         }
         self.aborted.fetch_add(1, Ordering::Relaxed);
@@ -975,7 +1017,9 @@ impl Inner {
         let start = part.last_check.load(Ordering::Acquire);
         let mut j = start;
         loop {
-            let st = part.state[(j % self.geo.slots) as usize].load(Ordering::Acquire);
+            let st = part.meta[(j % self.geo.slots) as usize]
+                .state
+                .load(Ordering::Acquire);
             if st != staged(j) && st != aborted(j) {
                 break;
             }
@@ -1007,6 +1051,9 @@ impl Inner {
     /// wait until the epoch that used it before is done (only ever needed
     /// when that many transactions started while an old one stays open).
     fn wait_epoch_room(&self, epoch: u64) {
+        if epoch < self.done_below.load(Ordering::Relaxed) + EPOCH_RING as u64 {
+            return;
+        }
         let mut wait = Backoff::default();
         while epoch >= self.advance_done_below() + EPOCH_RING as u64 {
             wait.snooze();
@@ -1025,11 +1072,11 @@ impl Inner {
         let mut wait = Backoff::default();
         while j < head {
             let idx = (j % self.geo.slots) as usize;
-            let st = part.state[idx].load(Ordering::Acquire);
+            let st = part.meta[idx].state.load(Ordering::Acquire);
             let passed = st == staged(j)
                 || st == aborted(j)
                 || (st == claimed(j)
-                    && !target.covers(part.meta_epoch[idx].load(Ordering::Relaxed)));
+                    && !target.covers(part.meta[idx].epoch.load(Ordering::Relaxed)));
             if passed {
                 j += 1;
                 continue;
@@ -1146,8 +1193,12 @@ impl Inner {
             let mut d = self.durable.lock();
             d.seq += 1;
             d.epoch = epoch;
-            d.heads = target.heads;
-            d.excluded = target.excluded;
+            // Copy into the buffers already there: moving ours in would
+            // make another thread free them (allocator traffic across cores).
+            d.heads.clear();
+            d.heads.extend_from_slice(&target.heads);
+            d.excluded.clear();
+            d.excluded.extend_from_slice(&target.excluded);
             let rec = Record {
                 kind: RecordKind::Commit,
                 seq: d.seq,
@@ -1237,7 +1288,11 @@ impl Inner {
         let has_holes = self.parts.iter().any(|p| !p.holes.lock().is_empty());
         let work = self.parts.iter().zip(&target.heads).any(|(p, &h)| {
             let t = p.tail.load(Ordering::Acquire);
-            t < h || p.state[(t % self.geo.slots) as usize].load(Ordering::Acquire) == aborted(t)
+            t < h
+                || p.meta[(t % self.geo.slots) as usize]
+                    .state
+                    .load(Ordering::Acquire)
+                    == aborted(t)
         });
         if !work && !has_holes {
             return;
@@ -1314,24 +1369,26 @@ impl Inner {
         let part = &self.parts[p];
         let tail = part.tail.load(Ordering::Acquire);
         let head = target.heads[p];
-        let mut newest: HashMap<u64, u64> = HashMap::new();
+        let mut newest: HashMap<u64, u64> = HashMap::default();
         let mut new_tail = head.max(tail);
         for pos in tail..head {
             let idx = (pos % self.geo.slots) as usize;
-            let st = part.state[idx].load(Ordering::Acquire);
+            let st = part.meta[idx].state.load(Ordering::Acquire);
             if st == aborted(pos) {
                 continue;
             }
-            if st != staged(pos) || !target.covers(part.meta_epoch[idx].load(Ordering::Relaxed)) {
+            if st != staged(pos) || !target.covers(part.meta[idx].epoch.load(Ordering::Relaxed)) {
                 new_tail = pos;
                 break;
             }
-            newest.insert(part.meta_block[idx].load(Ordering::Relaxed), pos);
+            newest.insert(part.meta[idx].block.load(Ordering::Relaxed), pos);
         }
         if new_tail == head.max(tail) {
             // Aborted slots past the commit can be freed too: they will
             // never be replayed, and a later commit need not exist for them.
-            while part.state[(new_tail % self.geo.slots) as usize].load(Ordering::Acquire)
+            while part.meta[(new_tail % self.geo.slots) as usize]
+                .state
+                .load(Ordering::Acquire)
                 == aborted(new_tail)
             {
                 new_tail += 1;
@@ -1423,8 +1480,8 @@ impl Inner {
         holes.retain(|&h| {
             if h < tail + self.geo.slots {
                 let idx = (h % self.geo.slots) as usize;
-                part.meta_epoch[idx].store(0, Ordering::Relaxed);
-                part.state[idx].store(aborted(h), Ordering::Release);
+                part.meta[idx].epoch.store(0, Ordering::Relaxed);
+                part.meta[idx].state.store(aborted(h), Ordering::Release);
                 false
             } else {
                 true

@@ -2,7 +2,7 @@
 //! committed slots (newest version of each block) to the device, and start
 //! a fresh lap of every ring.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ptsd_blockdev::BlockDevice;
 
@@ -35,7 +35,7 @@ pub(crate) fn recover(
         // Same block => same partition, and a later position is a newer
         // version, so "newest committed position per block" is exactly the
         // result of replaying the committed slots in order.
-        let mut newest: HashMap<u64, u64> = HashMap::new();
+        let mut newest: HashMap<u64, u64> = HashMap::default();
         for pos in last.tails[p]..last.heads[p] {
             region.read(geo.slot_offset(p, pos), &mut slot);
             match SlotHeader::decode_valid(&slot, pos, geo.block_size) {
