@@ -129,14 +129,15 @@ pub struct RecoveryReport {
     pub clean: bool,
     /// Sequence number of the newest valid commit-area record.
     pub record_seq: u64,
-    /// Every transaction of an epoch up to this one was committed.
+    /// Every transaction of an epoch up to this one was committed, except
+    /// those still open at that commit.
     pub committed_epoch: u64,
     /// Committed slots found (all versions).
     pub committed_slots: u64,
     /// Blocks written to the device (newest version of each).
     pub replayed_blocks: u64,
     /// Slots in the committed range that were discarded: torn (bad crc or
-    /// header), aborted, or from a later, uncommitted epoch.
+    /// header), aborted, or of a later or excluded (uncommitted) epoch.
     pub discarded_slots: u64,
 }
 
@@ -357,9 +358,10 @@ pub struct Journal {
 /// A transaction: blocks staged with [`write`](Tx::write) commit together
 /// or not at all. Dropping it without [`finish`](Tx::finish) aborts it.
 ///
-/// A thread must not call [`Journal::commit`] or [`Journal::checkpoint`]
-/// while it holds an unfinished transaction: the commit waits for every
-/// transaction of its epoch to finish.
+/// A commit covers finished transactions only: one called while this
+/// transaction is open neither covers it nor waits for it. A thread must
+/// not [`begin`](Journal::begin) another transaction while it holds this
+/// one open (`begin` may wait for ring space this one pins).
 pub struct Tx {
     inner: Arc<Inner>,
     txid: u64,
@@ -1091,6 +1093,12 @@ impl Inner {
         Ok(())
     }
 
+    /// Commit worker of partition `p` (the paper's): advances `last_check`
+    /// over flagged slots in the background, so that committers find it
+    /// near the head. Committers advance it too when they find it behind,
+    /// so a commit never waits for this thread to wake up, and the worker
+    /// naps [`COMMIT_WORKER_NAP`] when idle, leaving the cores to the
+    /// stagers.
     fn commit_worker(&self, p: usize) {
         while !self.shutdown.load(Ordering::Relaxed) {
             if !self.advance_last_check(p) {
