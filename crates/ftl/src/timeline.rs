@@ -6,57 +6,82 @@
 //! block its channel for the other chips on it, and an operation issued later
 //! for an earlier time may use an idle gap.
 
-use std::collections::VecDeque;
-
 /// Reserved `[start, end)` intervals of one resource (a chip or a channel).
 ///
 /// A gap shorter than `min_gap` (the shortest reservation this resource
 /// ever takes) can never be used, so it is merged away at once: lists stay
 /// short and searches find the same starts as with every gap kept.
 #[derive(Debug, Clone)]
-pub(crate) struct Channel {
-    /// Sorted, disjoint, separated by gaps of at least `min_gap`.
-    busy: VecDeque<(u64, u64)>,
+pub(crate) struct Intervals {
+    /// `busy[head..]`: sorted, disjoint, separated by gaps of at least
+    /// `min_gap`. `busy[..head]` ended by `now` (dropped in bulk later).
+    busy: Vec<(u64, u64)>,
+    head: usize,
     min_gap: u64,
 }
 
-impl Default for Channel {
+impl Default for Intervals {
     fn default() -> Self {
-        Channel::new(1)
+        Intervals::new(1)
     }
 }
 
-impl Channel {
+impl Intervals {
     /// A resource whose reservations all last at least `min_dur` ns.
     fn new(min_dur: u64) -> Self {
-        Channel {
-            busy: VecDeque::new(),
+        Intervals {
+            busy: Vec::new(),
+            head: 0,
             min_gap: min_dur.max(1),
         }
     }
 
-    /// Forget intervals that ended by `now`; nothing is placed before `now`.
-    #[inline]
+    /// The live intervals.
+    #[cfg(test)]
+    fn live(&self) -> &[(u64, u64)] {
+        &self.busy[self.head..]
+    }
+
+    /// Forget intervals that ended by `now`. Only memory: a search from
+    /// `t >= now` skips them anyway.
+    #[inline(always)]
     fn prune(&mut self, now: u64) {
-        while let Some(&(_, end)) = self.busy.front() {
-            if end > now {
-                break;
-            }
-            self.busy.pop_front();
+        if self.busy.get(self.head).is_none_or(|&(_, end)| end > now) {
+            return;
+        }
+        let mut h = self.head;
+        while h < self.busy.len() && self.busy[h].1 <= now {
+            h += 1;
+        }
+        if h == self.busy.len() {
+            self.busy.clear();
+            self.head = 0;
+        } else if h >= 32 && 2 * h >= self.busy.len() {
+            self.busy.drain(..h);
+            self.head = 0;
+        } else {
+            self.head = h;
         }
     }
 
     /// Earliest start `>= t` of a free stretch of `dur` ns, and the index
     /// before which it goes in `busy`.
-    #[inline]
+    #[inline(always)]
     fn find(&self, t: u64, dur: u64) -> (u64, usize) {
+        let n = self.busy.len();
         // Most reservations go after everything reserved so far.
-        let mut i = match self.busy.back() {
-            None => return (t, 0),
-            Some(&(_, end)) if end <= t => return (t, self.busy.len()),
-            // First interval that ends after `t`.
-            Some(_) => self.busy.partition_point(|&(_, end)| end <= t),
-        };
+        if n == self.head || self.busy[n - 1].1 <= t {
+            return (t, n);
+        }
+        // First interval that ends after `t`: near the end, usually.
+        let mut i = n - 1;
+        while i > self.head && self.busy[i - 1].1 > t {
+            if n - i >= 4 {
+                i = self.head + self.busy[self.head..i].partition_point(|&(_, end)| end <= t);
+                break;
+            }
+            i -= 1;
+        }
         let mut start = t;
         while let Some(&(a, b)) = self.busy.get(i) {
             if start + dur <= a {
@@ -70,13 +95,13 @@ impl Channel {
 
     /// Reserve `[start, start + dur)` found by [`find`](Self::find) at index
     /// `i` (nothing changed in between).
-    #[inline]
+    #[inline(always)]
     fn reserve_at(&mut self, i: usize, start: u64, dur: u64) {
         if dur == 0 {
             return;
         }
         let end = start + dur;
-        let join_prev = i > 0 && start - self.busy[i - 1].1 < self.min_gap;
+        let join_prev = i > self.head && start - self.busy[i - 1].1 < self.min_gap;
         let join_next = i < self.busy.len() && self.busy[i].0 - end < self.min_gap;
         match (join_prev, join_next) {
             (true, true) => {
@@ -86,6 +111,15 @@ impl Channel {
             (true, false) => self.busy[i - 1].1 = end,
             (false, true) => self.busy[i].0 = start,
             (false, false) => self.busy.insert(i, (start, end)),
+        }
+    }
+
+    /// When the last reservation ends (0 if none).
+    fn last_end(&self) -> u64 {
+        if self.busy.len() > self.head {
+            self.busy[self.busy.len() - 1].1
+        } else {
+            0
         }
     }
 
@@ -106,8 +140,8 @@ impl Channel {
 /// gap: each chip, like each channel, keeps its reserved intervals.
 #[derive(Debug, Clone)]
 pub(crate) struct Timeline {
-    chips: Vec<Channel>,
-    channels: Vec<Channel>,
+    chips: Vec<Intervals>,
+    channels: Vec<Intervals>,
     chips_per_channel: u32,
     t_read: u64,
     t_prog: u64,
@@ -131,8 +165,8 @@ impl Timeline {
             .min(t_read + t_prog)
             .min(t_erase);
         Timeline {
-            chips: vec![Channel::new(chip_min); (channels * chips_per_channel) as usize],
-            channels: vec![Channel::new(t_xfer); channels as usize],
+            chips: vec![Intervals::new(chip_min); (channels * chips_per_channel) as usize],
+            channels: vec![Intervals::new(t_xfer); channels as usize],
             chips_per_channel,
             t_read,
             t_prog,
@@ -146,9 +180,6 @@ impl Timeline {
     /// before `now` afterwards.
     pub fn prune(&mut self, now: u64) {
         self.now = now;
-        for ch in &mut self.channels {
-            ch.prune(now);
-        }
     }
 
     #[inline]
@@ -161,25 +192,30 @@ impl Timeline {
     /// from `s + pre`. Returns its end.
     fn place(&mut self, chip: u32, t: u64, pre: u64, xfer: u64, post: u64) -> u64 {
         debug_assert!(t >= self.now, "placed at {t} before now {}", self.now);
-        let c = chip as usize;
+        let now = self.now;
         let ch = self.channel_of(chip);
-        self.chips[c].prune(self.now);
+        let chip = &mut self.chips[chip as usize];
+        chip.prune(now);
         let total = pre + xfer + post;
+        if xfer == 0 {
+            let (s, at) = chip.find(t, total);
+            chip.reserve_at(at, s, total);
+            return s + total;
+        }
+        let channel = &mut self.channels[ch];
+        channel.prune(now);
         let mut s = t;
         let at = loop {
-            let (start, at) = self.chips[c].find(s, total);
+            let (start, at) = chip.find(s, total);
             s = start;
-            if xfer == 0 {
-                break at;
-            }
-            let (x, xi) = self.channels[ch].find(s + pre, xfer);
+            let (x, xi) = channel.find(s + pre, xfer);
             if x == s + pre {
-                self.channels[ch].reserve_at(xi, x, xfer);
+                channel.reserve_at(xi, x, xfer);
                 break at;
             }
             s = x - pre;
         };
-        self.chips[c].reserve_at(at, s, total);
+        chip.reserve_at(at, s, total);
         s + total
     }
 
@@ -212,7 +248,7 @@ impl Timeline {
     pub fn all_idle_at(&self) -> u64 {
         self.chips
             .iter()
-            .filter_map(|c| c.busy.back().map(|&(_, e)| e))
+            .map(Intervals::last_end)
             .max()
             .unwrap_or(0)
             .max(self.now)
@@ -225,27 +261,27 @@ mod tests {
 
     #[test]
     fn channel_fills_gaps_and_merges() {
-        let mut ch = Channel::default();
+        let mut ch = Intervals::default();
         assert_eq!(ch.reserve(100, 10), 100);
         assert_eq!(ch.reserve(50, 10), 50); // gap before
         assert_eq!(ch.reserve(55, 10), 60); // right after [50,60)
         assert_eq!(ch.reserve(60, 40), 110); // the 30 ns gap at 70 is too short
-        assert_eq!(ch.busy.len(), 2);
+        assert_eq!(ch.live().len(), 2);
         assert_eq!(ch.reserve(70, 30), 70); // exactly fills [70,100)
-        assert_eq!(ch.busy, VecDeque::from(vec![(50, 150)]));
+        assert_eq!(ch.live(), &[(50, 150)]);
         ch.prune(150);
-        assert!(ch.busy.is_empty());
+        assert!(ch.live().is_empty());
     }
 
     #[test]
     fn unusable_gaps_are_merged_away() {
-        let mut ch = Channel::new(30);
+        let mut ch = Intervals::new(30);
         assert_eq!(ch.reserve(0, 30), 0);
         assert_eq!(ch.reserve(50, 30), 50); // leaves a 20 ns gap: merged
-        assert_eq!(ch.busy, VecDeque::from(vec![(0, 80)]));
+        assert_eq!(ch.live(), &[(0, 80)]);
         assert_eq!(ch.reserve(120, 30), 120); // a 40 ns gap stays
         assert_eq!(ch.reserve(10, 30), 80); // first gap that fits, as before
-        assert_eq!(ch.busy, VecDeque::from(vec![(0, 150)]));
+        assert_eq!(ch.live(), &[(0, 150)]);
     }
 
     #[test]
