@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use crate::bigvec::BigVec;
 use crate::config::GcPolicy;
+use crate::fastdiv::Divisor;
 use crate::mapping::NIL;
 
 /// `p2l` value of a page that holds nothing valid.
@@ -39,6 +40,9 @@ impl Stream {
 pub(crate) struct Flash {
     pub ppb: u32,
     pub blocks_per_chip: u32,
+    /// Page number -> block, page number -> chip.
+    per_block: Divisor,
+    per_chip: Divisor,
     /// Owner of each physical page: LPN, mapping-page number, TRIM_OWNER or INVALID.
     pub p2l: BigVec<u32>,
     pub valid: Vec<u32>,
@@ -61,6 +65,8 @@ impl Flash {
         Flash {
             ppb,
             blocks_per_chip,
+            per_block: Divisor::new(ppb),
+            per_chip: Divisor::new(ppb * blocks_per_chip),
             p2l: BigVec::filled(blocks * ppb as usize, INVALID),
             valid: vec![0; blocks],
             wp: vec![0; blocks],
@@ -78,12 +84,12 @@ impl Flash {
 
     #[inline]
     pub fn block_of(&self, ppa: u32) -> u32 {
-        ppa / self.ppb
+        self.per_block.div(ppa)
     }
 
     #[inline]
     pub fn chip_of(&self, ppa: u32) -> u32 {
-        ppa / self.ppb / self.blocks_per_chip
+        self.per_chip.div(ppa)
     }
 
     #[inline]

@@ -17,6 +17,7 @@ pub mod config;
 mod counters;
 pub mod device;
 mod error;
+mod fastdiv;
 mod flash;
 pub mod image;
 mod mapping;

@@ -8,6 +8,7 @@ use crate::bigvec::BigVec;
 use crate::config::{FtlConfig, Geometry, SchedulerKind, StoreKind};
 use crate::counters::FtlStats;
 use crate::error::{FtlError, RequestError};
+use crate::fastdiv::Divisor;
 use crate::flash::{Flash, Stream, INVALID, POOL_DATA, POOL_MAP, TRIM_OWNER};
 use crate::mapping::{self, MapAction, MapCache};
 use crate::request::{Completion, Op, Request};
@@ -164,6 +165,8 @@ pub struct Ssd {
     last_program_end: u64,
     horizon: u64,
 
+    /// LPN -> mapping page.
+    per_map_page: Divisor,
     host_rr: u32,
     map_rr: u32,
     gc_depth: u32,
@@ -269,6 +272,7 @@ impl Ssd {
             flush_busy_until: 0,
             last_program_end: 0,
             horizon: 0,
+            per_map_page: Divisor::new(g.entries_per_map_page),
             host_rr: 0,
             map_rr: 0,
             gc_depth: 0,
@@ -596,7 +600,6 @@ impl Ssd {
 
     fn read_pages(&mut self, q: &mut Queued, t: u64) -> Result<u64, FtlError> {
         let page = self.g.page_size as usize;
-        let epp = self.g.entries_per_map_page;
         let mut done = t;
         let mut acts = self.take_acts();
         for i in 0..q.req.pages {
@@ -614,7 +617,7 @@ impl Ssd {
                 continue;
             }
             acts.clear();
-            if self.cache.read(lpn, lpn / epp, &mut acts) {
+            if self.cache.read(lpn, self.per_map_page.div(lpn), &mut acts) {
                 self.stats.cmt_read_hits += 1;
             } else {
                 self.stats.cmt_read_misses += 1;
@@ -687,7 +690,6 @@ impl Ssd {
     }
 
     fn do_discard(&mut self, q: &Queued, t: u64) -> Result<u64, FtlError> {
-        let epp = self.g.entries_per_map_page;
         let mut acts = self.take_acts();
         for i in 0..q.req.pages {
             let lpn = (q.req.lpn + u64::from(i)) as u32;
@@ -705,7 +707,7 @@ impl Ssd {
             self.mark_map_stale(lpn);
             self.flash.invalidate(e, t);
             acts.clear();
-            if self.cache.write(lpn, lpn / epp, &mut acts) {
+            if self.cache.write(lpn, self.per_map_page.div(lpn), &mut acts) {
                 self.stats.cmt_write_hits += 1;
             } else {
                 self.stats.cmt_write_misses += 1;
@@ -766,7 +768,6 @@ impl Ssd {
         self.stats.buffer_flushes += 1;
         let outer = self.horizon;
         self.horizon = t;
-        let epp = self.g.entries_per_map_page;
         // Touch the owner entries of the pages being replaced all at once:
         // independent cache misses overlap, in the loop below they would not.
         let mut touch = 0u32;
@@ -815,7 +816,7 @@ impl Ssd {
             self.mark_map_stale(lpn);
             self.stats.flash_data_programs += 1;
             acts.clear();
-            if self.cache.write(lpn, lpn / epp, &mut acts) {
+            if self.cache.write(lpn, self.per_map_page.div(lpn), &mut acts) {
                 self.stats.cmt_write_hits += 1;
             } else {
                 self.stats.cmt_write_misses += 1;
@@ -978,7 +979,11 @@ impl Ssd {
     fn alloc_host(&mut self, t: u64) -> Result<u32, FtlError> {
         for _ in 0..self.g.chips {
             let chip = self.host_rr;
-            self.host_rr = (self.host_rr + 1) % self.g.chips;
+            self.host_rr = if chip + 1 == self.g.chips {
+                0
+            } else {
+                chip + 1
+            };
             if let Some(p) = self.alloc(Stream::Host, chip, t)? {
                 return Ok(p);
             }
@@ -989,7 +994,11 @@ impl Ssd {
     fn alloc_map(&mut self, t: u64) -> Result<u32, FtlError> {
         for _ in 0..self.g.chips {
             let chip = self.map_rr;
-            self.map_rr = (self.map_rr + 1) % self.g.chips;
+            self.map_rr = if chip + 1 == self.g.chips {
+                0
+            } else {
+                chip + 1
+            };
             if let Some(p) = self.alloc(Stream::Map, chip, t)? {
                 return Ok(p);
             }
@@ -1195,7 +1204,7 @@ impl Ssd {
     #[inline]
     pub(crate) fn mark_map_stale(&mut self, lpn: u32) {
         if self.persistent {
-            let m = lpn / self.g.entries_per_map_page;
+            let m = self.per_map_page.div(lpn);
             self.map_stale[(m / 64) as usize] |= 1u64 << (m % 64);
         }
     }

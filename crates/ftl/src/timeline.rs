@@ -6,6 +6,8 @@
 //! block its channel for the other chips on it, and an operation issued later
 //! for an earlier time may use an idle gap.
 
+use crate::fastdiv::Divisor;
+
 /// Reserved `[start, end)` intervals of one resource (a chip or a channel).
 ///
 /// A gap shorter than `min_gap` (the shortest reservation this resource
@@ -53,14 +55,49 @@ impl Intervals {
         while h < self.busy.len() && self.busy[h].1 <= now {
             h += 1;
         }
-        if h == self.busy.len() {
+        let live = self.busy.len() - h;
+        if live == 0 {
             self.busy.clear();
             self.head = 0;
-        } else if h >= 32 && 2 * h >= self.busy.len() {
-            self.busy.drain(..h);
-            self.head = 0;
+        } else if h >= 64 && h >= 2 * live {
+            // Drop most of the dead prefix, keep some room for inserts
+            // near the front.
+            let keep = live / 2 + 8;
+            self.busy.drain(..h - keep);
+            self.head = keep;
         } else {
             self.head = h;
+        }
+    }
+
+    /// Insert at `i` (`head <= i <= len`), moving the shorter side: the
+    /// dead prefix is room to grow towards the front.
+    #[inline]
+    fn insert(&mut self, mut i: usize, x: (u64, u64)) {
+        let n = self.busy.len();
+        if i - self.head >= n - i {
+            self.busy.insert(i, x);
+            return;
+        }
+        if self.head == 0 {
+            let pad = n / 2 + 8;
+            self.busy.splice(0..0, std::iter::repeat_n((0, 0), pad));
+            self.head = pad;
+            i += pad;
+        }
+        self.busy.copy_within(self.head..i, self.head - 1);
+        self.head -= 1;
+        self.busy[i - 1] = x;
+    }
+
+    /// Remove entry `i` (`head <= i < len`), moving the shorter side.
+    #[inline]
+    fn remove(&mut self, i: usize) {
+        if i - self.head < self.busy.len() - 1 - i {
+            self.busy.copy_within(self.head..i, self.head + 1);
+            self.head += 1;
+        } else {
+            self.busy.remove(i);
         }
     }
 
@@ -106,11 +143,11 @@ impl Intervals {
         match (join_prev, join_next) {
             (true, true) => {
                 self.busy[i - 1].1 = self.busy[i].1;
-                self.busy.remove(i);
+                self.remove(i);
             }
             (true, false) => self.busy[i - 1].1 = end,
             (false, true) => self.busy[i].0 = start,
-            (false, false) => self.busy.insert(i, (start, end)),
+            (false, false) => self.insert(i, (start, end)),
         }
     }
 
@@ -142,7 +179,7 @@ impl Intervals {
 pub(crate) struct Timeline {
     chips: Vec<Intervals>,
     channels: Vec<Intervals>,
-    chips_per_channel: u32,
+    chips_per_channel: Divisor,
     t_read: u64,
     t_prog: u64,
     t_erase: u64,
@@ -167,7 +204,7 @@ impl Timeline {
         Timeline {
             chips: vec![Intervals::new(chip_min); (channels * chips_per_channel) as usize],
             channels: vec![Intervals::new(t_xfer); channels as usize],
-            chips_per_channel,
+            chips_per_channel: Divisor::new(chips_per_channel),
             t_read,
             t_prog,
             t_erase,
@@ -184,7 +221,7 @@ impl Timeline {
 
     #[inline]
     fn channel_of(&self, chip: u32) -> usize {
-        (chip / self.chips_per_channel) as usize
+        self.chips_per_channel.div(chip) as usize
     }
 
     /// Place an operation on `chip` at the earliest start `s >= t` where the
@@ -282,6 +319,51 @@ mod tests {
         assert_eq!(ch.reserve(120, 30), 120); // a 40 ns gap stays
         assert_eq!(ch.reserve(10, 30), 80); // first gap that fits, as before
         assert_eq!(ch.live(), &[(0, 150)]);
+    }
+
+    /// Every reservation kept, no merging, linear search: the reference.
+    fn naive_reserve(all: &mut Vec<(u64, u64)>, t: u64, dur: u64) -> u64 {
+        let mut start = t;
+        for &(a, b) in all.iter() {
+            if b <= start {
+                continue;
+            }
+            if start + dur <= a {
+                break;
+            }
+            start = start.max(b);
+        }
+        let at = all.partition_point(|&(a, _)| a < start);
+        all.insert(at, (start, start + dur));
+        start
+    }
+
+    #[test]
+    fn same_starts_as_keeping_every_gap() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..24u64 {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            let min = [1, 10, 30][seed as usize % 3];
+            let mut iv = Intervals::new(min);
+            let mut all = Vec::new();
+            let mut now = 0u64;
+            for step in 0..1500 {
+                if rng.gen_range(0..4) == 0 {
+                    now += rng.gen_range(0..50);
+                    iv.prune(now);
+                }
+                // Mostly near `now`, sometimes far ahead (a backlog).
+                let t = now
+                    + if rng.gen_bool(0.2) {
+                        rng.gen_range(0..5000)
+                    } else {
+                        rng.gen_range(0..100)
+                    };
+                let dur = min + rng.gen_range(0..3) * min / 2;
+                let want = naive_reserve(&mut all, t, dur);
+                assert_eq!(iv.reserve(t, dur), want, "seed {seed} step {step}");
+            }
+        }
     }
 
     #[test]
