@@ -47,10 +47,16 @@ struct Mounted {
     journal: PathBuf,
     dir: PathBuf,
     child: Option<Child>,
+    /// Extra `ptsd mount` arguments.
+    extra: Vec<String>,
 }
 
 impl Mounted {
     fn new(size: &str) -> Mounted {
+        Self::with_args(size, &[])
+    }
+
+    fn with_args(size: &str, extra: &[&str]) -> Mounted {
         let tmp = tempfile::tempdir().unwrap();
         let img = tmp.path().join("fs.img");
         let dir = tmp.path().join("mnt");
@@ -70,6 +76,7 @@ impl Mounted {
             journal,
             dir,
             child: None,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         m.mount();
         m
@@ -77,7 +84,9 @@ impl Mounted {
 
     fn mount(&mut self) {
         let child = Command::new(PTSD)
-            .args(["mount", "-f", "--journal-size", "64M", "--device"])
+            .args(["mount", "-f", "--journal-size", "64M"])
+            .args(&self.extra)
+            .arg("--device")
             .arg(&self.img)
             .arg("--journal")
             .arg(&self.journal)
@@ -340,6 +349,97 @@ fn posix_operations_through_std_fs() {
         std::fs::metadata(m.p("x")).unwrap().mtime_nsec(),
         123_456_789
     );
+    m.umount();
+    m.fsck();
+}
+
+fn has_xattr(p: &Path, name: &str) -> bool {
+    let c = cstr(p);
+    let n = CString::new(name).unwrap();
+    // SAFETY: valid NUL-terminated strings; size 0 asks for the length only.
+    unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) >= 0 }
+}
+
+/// Append a byte to `p` as uid/gid 65534 (no CAP_FSETID).
+fn append_as_nobody(p: &Path) {
+    use std::os::unix::process::CommandExt;
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg("printf x >> \"$1\"")
+        .arg("sh")
+        .arg(p)
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .unwrap();
+    assert!(st.success(), "write as nobody failed");
+}
+
+/// A write, truncate or chown by someone without CAP_FSETID drops setuid,
+/// setgid (when group-executable) and the file capability, as on ext4; root
+/// keeps setuid/setgid across its own writes, and any write drops the file
+/// capability. (ptsd-fs drops them itself under FUSE_HANDLE_KILLPRIV_V2.)
+#[test]
+fn writes_by_others_drop_setuid_setgid_and_capabilities() {
+    require_fuse!();
+    // Other users may use the mount (and reach it).
+    let mut m = Mounted::with_args("64M", &["--allow-other"]);
+    std::fs::set_permissions(m._tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = m.p("suid");
+    std::fs::write(&f, b"#!/bin/sh\n").unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o6777)).unwrap();
+    // security.capability, VFS_CAP_REVISION_2 with CAP_NET_RAW permitted.
+    let mut cap = Vec::new();
+    cap.extend_from_slice(&0x0200_0001u32.to_le_bytes());
+    cap.extend_from_slice(&(1u32 << 13).to_le_bytes());
+    cap.extend_from_slice(&[0u8; 12]);
+    let set_cap = || {
+        let c = cstr(&f);
+        let n = CString::new("security.capability").unwrap();
+        // SAFETY: valid pointers and lengths.
+        let r =
+            unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), cap.as_ptr().cast(), cap.len(), 0) };
+        assert_eq!(r, 0, "setting security.capability: {}", errno_of(r));
+        assert!(has_xattr(&f, "security.capability"));
+    };
+    set_cap();
+    // Root (CAP_FSETID) writing keeps setuid/setgid; any write drops the
+    // file capability.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"y")
+        .unwrap();
+    assert_eq!(mode(&f), 0o6777);
+    assert!(!has_xattr(&f, "security.capability"));
+    set_cap();
+    // Another user's write drops them all.
+    append_as_nobody(&f);
+    assert_eq!(mode(&f), 0o0777);
+    assert!(!has_xattr(&f, "security.capability"));
+    assert_eq!(std::fs::read(&f).unwrap(), b"#!/bin/sh\nyx");
+    // setgid without group execute is kept (it marks mandatory locking).
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o2666)).unwrap();
+    append_as_nobody(&f);
+    assert_eq!(mode(&f), 0o2666);
+    // chown drops setuid, even by root.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::os::unix::fs::chown(&f, Some(1), None).unwrap();
+    assert_eq!(mode(&f), 0o0755);
+    // A truncate by another user drops setuid too.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o4777)).unwrap();
+    use std::os::unix::process::CommandExt;
+    let st = Command::new("truncate")
+        .args(["-s", "1"])
+        .arg(&f)
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(mode(&f), 0o0777);
     m.umount();
     m.fsck();
 }
