@@ -12,6 +12,9 @@ pub struct ExtentMap {
     /// Bumped by every change, so a writer can tell whether the stored
     /// extent list is still current.
     version: u64,
+    /// Every run starting below this is as last marked clean (`None`: no
+    /// change since), so a writer re-encodes only the tail of a long list.
+    dirty_from: Option<u64>,
 }
 
 impl ExtentMap {
@@ -42,6 +45,41 @@ impl ExtentMap {
     /// [`insert`](Self::insert) each add one).
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// The lowest first block of a run changed since
+    /// [`mark_clean`](Self::mark_clean) (runs starting below it, and how many
+    /// there are, are unchanged), or `None`.
+    pub fn dirty_from(&self) -> Option<u64> {
+        self.dirty_from
+    }
+
+    /// The stored list now matches the map.
+    pub fn mark_clean(&mut self) {
+        self.dirty_from = None;
+    }
+
+    fn touch(&mut self, lblk: u64) {
+        // The run holding `lblk` (or the one before it) may split or merge.
+        let start = self
+            .runs
+            .range(..=lblk)
+            .next_back()
+            .map_or(lblk, |(&s, _)| s.min(lblk));
+        self.dirty_from = Some(self.dirty_from.map_or(start, |d| d.min(start)));
+    }
+
+    /// The extents starting at or after `lblk`, in file order.
+    pub fn extents_from(&self, lblk: u64) -> Vec<Extent> {
+        self.runs
+            .range(lblk..)
+            .map(|(&lblk, &(pblk, len, unwritten))| Extent {
+                lblk,
+                pblk,
+                len,
+                unwritten,
+            })
+            .collect()
     }
 
     /// Number of runs.
@@ -89,6 +127,7 @@ impl ExtentMap {
     pub fn punch(&mut self, lblk: u64, count: u64) -> Vec<(u64, u64)> {
         let end = lblk.saturating_add(count);
         self.version += 1;
+        self.touch(lblk);
         let mut freed = Vec::new();
         // Runs that start before `lblk` but reach into the range.
         let mut keys: Vec<u64> = Vec::new();
@@ -124,6 +163,7 @@ impl ExtentMap {
         let mut pblk = pblk;
         let mut len = len;
         self.version += 1;
+        self.touch(lblk);
         self.mapped += len;
         // Merge with the run before.
         if let Some((&s, &(p, l, u))) = self.runs.range(..lblk).next_back() {

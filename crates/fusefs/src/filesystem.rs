@@ -64,6 +64,9 @@ pub struct Inode {
     /// only the overflow blocks whose contents changed (a directory of a
     /// million entries has hundreds).
     overflow_crc: Vec<Option<u32>>,
+    /// First file block stored in each overflow block (`None`: empty), to
+    /// find where a change to the extent list starts to matter.
+    overflow_first: Vec<Option<u64>>,
 }
 
 impl Inode {
@@ -242,12 +245,9 @@ fn put_inode(g: &mut Inode, ctx: Option<&mut AllocCtx<'_>>, w: &mut Writes) -> R
         w.insert(g.d.ino, g.d.encode());
         return Ok(());
     }
-    let ext = if g.d.mode & S_IFMT == S_IFLNK {
-        Vec::new()
-    } else {
-        g.ext.to_extents()
-    };
-    let need = overflow_blocks_for(ext.len());
+    let symlink = g.d.mode & S_IFMT == S_IFLNK;
+    let total = if symlink { 0 } else { g.ext.len() };
+    let need = overflow_blocks_for(total);
     if need > g.overflow.len() {
         let ctx = ctx.ok_or(Errno::ENOSPC)?;
         let more = need - g.overflow.len();
@@ -260,27 +260,52 @@ fn put_inode(g: &mut Inode, ctx: Option<&mut AllocCtx<'_>>, w: &mut Writes) -> R
             g.overflow.extend(s..s + l);
         }
     }
-    g.d.nextents = ext.len() as u32;
-    g.d.inline_extents = ext.iter().take(INLINE_EXTENTS).copied().collect();
+    g.overflow_crc.resize(g.overflow.len(), None);
+    g.overflow_first.resize(g.overflow.len(), None);
+    // The last overflow block whose first extent starts at or below the
+    // lowest change: it and every block before it start at the same extent
+    // as before, and the inline extents are unchanged, so only the chain
+    // from there on is encoded again (appending to a long list costs one
+    // block, not the whole list).
+    let keep = match g.ext.dirty_from() {
+        Some(from) if !symlink => g
+            .overflow_first
+            .iter()
+            .rposition(|f| f.is_some_and(|f| f <= from)),
+        _ => None,
+    };
+    let (first_block, rest) = match keep {
+        Some(j) => {
+            let lblk = g.overflow_first[j].ok_or(Errno::EIO)?;
+            (j, g.ext.extents_from(lblk))
+        }
+        None => {
+            let ext = if symlink {
+                Vec::new()
+            } else {
+                g.ext.to_extents()
+            };
+            g.d.inline_extents = ext.iter().take(INLINE_EXTENTS).copied().collect();
+            (0, ext.into_iter().skip(INLINE_EXTENTS).collect())
+        }
+    };
+    g.d.nextents = total as u32;
     g.d.overflow = g.overflow.first().copied().unwrap_or(0);
     w.insert(g.d.ino, g.d.encode());
-    let rest = if ext.len() > INLINE_EXTENTS {
-        &ext[INLINE_EXTENTS..]
-    } else {
-        &[][..]
-    };
-    g.overflow_crc.resize(g.overflow.len(), None);
-    for (i, &blk) in g.overflow.iter().enumerate() {
-        let lo = (i * OVERFLOW_EXTENTS).min(rest.len());
-        let hi = ((i + 1) * OVERFLOW_EXTENTS).min(rest.len());
+    for i in first_block..g.overflow.len() {
+        let k = i - first_block;
+        let lo = (k * OVERFLOW_EXTENTS).min(rest.len());
+        let hi = ((k + 1) * OVERFLOW_EXTENTS).min(rest.len());
         let next = g.overflow.get(i + 1).copied().unwrap_or(0);
         let b = encode_overflow(g.d.ino, next, &rest[lo..hi]);
         let crc = crc32c::crc32c(&b);
+        g.overflow_first[i] = rest.get(lo..hi).and_then(|r| r.first()).map(|e| e.lblk);
         if g.overflow_crc[i] != Some(crc) {
             g.overflow_crc[i] = Some(crc);
-            w.insert(blk, b);
+            w.insert(g.overflow[i], b);
         }
     }
+    g.ext.mark_clean();
     g.ext_saved = g.ext.version();
     Ok(())
 }
@@ -536,6 +561,7 @@ impl FileSystem {
         let mut extents = d.inline_extents.clone();
         let mut overflow = Vec::new();
         let mut overflow_crc = Vec::new();
+        let mut overflow_first = Vec::new();
         let mut next = d.overflow;
         while next != 0 {
             if overflow.len() > (d.nextents as usize) + 1 || next >= num_blocks {
@@ -549,6 +575,7 @@ impl FileSystem {
             self.store.read(next, &mut b)?;
             let (n, ext) = decode_overflow(&b, next, ino)?;
             overflow_crc.push(Some(crc32c::crc32c(&b)));
+            overflow_first.push(ext.first().map(|e| e.lblk));
             overflow.push(next);
             extents.extend(ext);
             next = n;
@@ -568,6 +595,7 @@ impl FileSystem {
             d,
             overflow,
             overflow_crc,
+            overflow_first,
             dir: None,
             xattrs: None,
             open_count: 0,
@@ -757,6 +785,7 @@ impl FileSystem {
             ext_saved: 0,
             overflow: Vec::new(),
             overflow_crc: Vec::new(),
+            overflow_first: Vec::new(),
             dir: None,
             xattrs: None,
             open_count: 0,

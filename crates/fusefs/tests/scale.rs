@@ -213,3 +213,66 @@ fn forgotten_inodes_leave_the_cache_and_come_back_intact() {
     assert_eq!(fs.getattr(f.ino), Err(Errno::ENOENT));
     fs.close().unwrap();
 }
+
+#[test]
+fn long_extent_lists_survive_random_changes_and_remounts() {
+    use rand::{Rng, SeedableRng};
+    let seed = 7u64;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 16384).unwrap());
+    let store = Arc::new(DirectStore::new(dev.clone()).unwrap());
+    mkfs(&*store, &MkfsOptions::default()).unwrap();
+    let mut fs = FileSystem::mount(store).unwrap();
+    let root = fs.root();
+    let f = fs.create(root, b"holes", 0o644, ME).unwrap().ino;
+    fs.release(f).unwrap();
+    // Every other block written: 2 000 extents, an overflow chain of 8.
+    let mut model = std::collections::BTreeMap::new();
+    for k in 0..2_000u64 {
+        fs.write(f, k * 2 * 4096, &[k as u8 | 1]).unwrap();
+        model.insert(k * 2, k as u8 | 1);
+    }
+    let verify = |fs: &FileSystem, model: &std::collections::BTreeMap<u64, u8>, when: &str| {
+        for lblk in 0..4_000u64 {
+            let got = fs.read(f, lblk * 4096, 1).unwrap();
+            let want = model.get(&lblk).copied().unwrap_or(0);
+            assert_eq!(
+                got.first().copied().unwrap_or(0),
+                want,
+                "seed {seed}, {when}: block {lblk}"
+            );
+        }
+    };
+    for round in 0..4 {
+        for _ in 0..150 {
+            let lblk = rng.gen_range(0..4_000u64);
+            if rng.gen_bool(0.5) {
+                let v = rng.gen::<u8>() | 1;
+                fs.write(f, lblk * 4096, &[v]).unwrap();
+                model.insert(lblk, v);
+            } else if lblk * 4096 + 4096 <= 3_999 * 2 * 4096 {
+                fs.fallocate(
+                    f,
+                    lblk * 4096,
+                    4096,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                )
+                .unwrap();
+                model.remove(&lblk);
+            }
+        }
+        verify(&fs, &model, &format!("round {round} before remount"));
+        fs.close().unwrap();
+        drop(fs);
+        let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
+        let r = fsck::check(store.clone(), false).unwrap();
+        assert!(
+            r.problems.is_empty(),
+            "seed {seed} round {round}: {:#?}",
+            r.problems
+        );
+        fs = FileSystem::mount(store).unwrap();
+        verify(&fs, &model, &format!("round {round} after remount"));
+    }
+    fs.close().unwrap();
+}
