@@ -87,6 +87,20 @@ impl<T: Pod + std::fmt::Debug> std::fmt::Debug for BigVec<T> {
     }
 }
 
+/// Ask the CPU to bring `x`'s cache line in, without waiting for it.
+#[inline(always)]
+pub(crate) fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults and has no
+    // architectural effect; `x` is a valid reference anyway.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

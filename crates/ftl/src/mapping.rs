@@ -7,6 +7,7 @@
 //! back when it evicts dirty state. It answers with [`MapAction`]s, which the
 //! engine places on the NAND timelines.
 
+use crate::bigvec::prefetch;
 use crate::config::{SchemeConfig, DIRTY_ENTRY_BYTES, MAP_ENTRY_BYTES};
 
 pub(crate) const NIL: u32 = u32::MAX;
@@ -38,6 +39,10 @@ pub(crate) trait MapCache: Send {
     fn clean_share(&self) -> f64 {
         1.0
     }
+    /// Start fetching what a lookup or update of `lpn` will touch at
+    /// random (a hint before a batch of updates).
+    #[inline]
+    fn prefetch(&self, _lpn: u32) {}
     /// Whether this scheme keeps mapping pages on flash at all.
     fn uses_map_pages(&self) -> bool {
         true
@@ -599,6 +604,13 @@ impl PtsdEntry {
 }
 
 impl MapCache for PtsdEntry {
+    #[inline]
+    fn prefetch(&self, lpn: u32) {
+        if let Some(w) = self.dirty_bits.get((lpn >> 6) as usize) {
+            prefetch(w);
+        }
+    }
+
     fn read(&mut self, lpn: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
         if self.is_dirty(lpn) {
             return true;

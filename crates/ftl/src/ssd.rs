@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use crate::bigvec::BigVec;
+use crate::bigvec::{prefetch, BigVec};
 use crate::config::{FtlConfig, Geometry, SchedulerKind, StoreKind};
 use crate::counters::FtlStats;
 use crate::error::{FtlError, RequestError};
@@ -88,20 +88,6 @@ impl WriteBuffer {
     fn slot_data(&mut self, slot: usize) -> &mut [u8] {
         &mut self.data[slot * self.page..(slot + 1) * self.page]
     }
-}
-
-/// Ask the CPU to bring `x`'s cache line in, without waiting for it.
-#[inline(always)]
-fn prefetch<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults and has no
-    // architectural effect; `x` is a valid reference anyway.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
 }
 
 /// One emulated SSD.
@@ -409,6 +395,9 @@ impl Ssd {
         // dispatch).
         if let Some(e) = self.l2p.get(req.lpn as usize) {
             prefetch(e);
+            if req.op == Op::Read {
+                self.cache.prefetch(req.lpn as u32);
+            }
         }
         if req.op == Op::Read {
             self.reads.push_back(q);
@@ -768,15 +757,18 @@ impl Ssd {
         self.stats.buffer_flushes += 1;
         let outer = self.horizon;
         self.horizon = t;
-        // Touch the owner entries of the pages being replaced all at once:
-        // independent cache misses overlap, in the loop below they would not.
-        let mut touch = 0u32;
-        for &prev in &self.buf.prev {
+        // Fetch what the loop below touches at random all at once: the
+        // owner entries and block counts of the pages being replaced, the
+        // cache's state of each LPN. Independent misses overlap; in the loop
+        // they would come one after the other.
+        for slot in 0..self.buf.len() {
+            let prev = self.buf.prev[slot];
             if prev != UNMAPPED {
-                touch ^= self.flash.p2l[prev as usize];
+                prefetch(&self.flash.p2l[prev as usize]);
+                prefetch(&self.flash.valid[self.flash.block_of(prev) as usize]);
             }
+            self.cache.prefetch(self.buf.lpn[slot]);
         }
-        std::hint::black_box(touch);
         let mut acts = self.take_acts();
         let mut result = Ok(());
         for slot in 0..self.buf.len() {
@@ -1038,21 +1030,20 @@ impl Ssd {
             let mut moved = std::mem::take(&mut self.moved);
             moved.clear();
             let mut copies_end = t;
+            let written = self.flash.wp[victim as usize];
+            // The owners' map entries and cache state are random accesses:
+            // fetch them a few pages ahead so that the misses overlap.
+            const AHEAD: u32 = 16;
             if pool == POOL_DATA {
-                // Overlap the cache misses on the owners' map entries.
-                let first = (victim * ppb) as usize;
-                let mut touch = 0u32;
-                for &owner in
-                    &self.flash.p2l[first..first + self.flash.wp[victim as usize] as usize]
-                {
-                    if owner != INVALID {
-                        touch ^= self.l2p[owner as usize];
-                    }
+                for off in 0..AHEAD.min(written) {
+                    self.prefetch_owner(victim * ppb + off);
                 }
-                std::hint::black_box(touch);
             }
-            for off in 0..self.flash.wp[victim as usize] {
+            for off in 0..written {
                 let src = victim * ppb + off;
+                if pool == POOL_DATA && off + AHEAD < written {
+                    self.prefetch_owner(src + AHEAD);
+                }
                 let owner = self.flash.p2l[src as usize];
                 if owner == INVALID {
                     continue;
@@ -1138,6 +1129,17 @@ impl Ssd {
             self.moved = moved;
         }
         Ok(())
+    }
+
+    /// Start fetching the map entry and cache state of data page `ppa`'s
+    /// owner (GC is about to move it).
+    #[inline(always)]
+    fn prefetch_owner(&self, ppa: u32) {
+        let owner = self.flash.p2l[ppa as usize];
+        if owner != INVALID {
+            prefetch(&self.l2p[owner as usize]);
+            self.cache.prefetch(owner);
+        }
     }
 
     fn update_moved_mappings(&mut self, moved: &mut [u32], t: u64) -> Result<(), FtlError> {
