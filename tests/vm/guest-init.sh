@@ -86,7 +86,7 @@ exercise() { # LABEL full|quick ADD-ARGS...
     check "$label-dd" dd_roundtrip "$dev" 8
     fig "$label $(cat /tmp/dd.fig 2>/dev/null)"
     [ "$level" = full ] && check "$label-ext4" ext4_cycle "$dev"
-    check "$label-verify" ptsd ublk verify "$dev" --ops "$([ "$level" = full ] && echo 150 || echo 60)" --seed 7 --span 32M
+    check "$label-verify" ptsd ublk verify "$dev" --ops "$([ "$level" = full ] && echo 80 || echo 40)" --seed 7 --span 32M
     fig "$label $(grep -o 'read_p50_us=[0-9.]* read_p99_us=[0-9.]* write_p50_us=[0-9.]*' /tmp/check.out)"
     sleep 1.2 # the daemon publishes stats every second
     check "$label-stats" sh -c "ptsd ublk stats $id | grep -q '\"read\"'"
@@ -199,8 +199,8 @@ exercise ftl-page quick --ftl page --size 128M --no-poll
 # emulated and off. The model's read of a mapped page is tR 120 us +
 # transfer 10 us = 130 us; with timing off the figures are the VM's own
 # overhead.
-timing_fig() { # LABEL ADD-ARGS...
-    label=$1; shift
+timing_fig() { # LABEL MODEL-READ-US ADD-ARGS...
+    label=$1; model=$2; shift 2
     dev=$(ptsd ublk add --daemon "$@") || { result "$label" FAIL "add"; return; }
     id=$(dev_id "$dev")
     fio --name=fill --filename="$dev" --direct=1 --rw=write --bs=1M --size=4M > /dev/null 2>&1
@@ -208,15 +208,26 @@ timing_fig() { # LABEL ADD-ARGS...
         --rw=randread --bs=4k --size=4M --runtime=4 --time_based --minimal
     fio_p50=$(tr ';' '\n' < /tmp/check.out | grep -m1 '^50.000000%=' | cut -d= -f2)
     fio_iops=$(cut -d';' -f8 /tmp/check.out)
-    check "$label-verify" ptsd ublk verify "$dev" --ops 80 --seed 3 --span 4M --write-pct 30
+    check "$label-verify" ptsd ublk verify "$dev" --ops 50 --seed 3 --span 4M --write-pct 30
     guest=$(grep -o 'read_p50_us=[0-9.]*' /tmp/check.out)
     sleep 1.2
     target=$(ptsd ublk stats "$id" | grep -A8 '"read"' | grep -o '"p50_ns": [0-9]*' | grep -o '[0-9]*$')
-    fig "$label fio_read_p50_us=$fio_p50 fio_read_iops=$fio_iops verify_$guest target_read_p50_us=$((target / 1000)) model_read_us=130"
+    fig "$label fio_read_p50_us=$fio_p50 fio_read_iops=$fio_iops verify_$guest target_read_p50_us=$((target / 1000)) model_read_us=$model"
     ptsd ublk del "$id" >/dev/null
 }
-timing_fig timing-emulate-ptsd --ftl ptsd --size 128M --timing emulate --no-poll
-timing_fig timing-off-ptsd --ftl ptsd --size 128M --timing off --no-poll
+# The VM's own floor: the same fio run on a kernel RAM disk (brd), no
+# userspace in the path.
+if insmod /lib/brd.ko rd_nr=1 rd_size=8192; then
+    check ramdisk-fio fio --name=qd1read --filename=/dev/ram0 --direct=1 --ioengine=psync \
+        --rw=randread --bs=4k --size=4M --runtime=3 --time_based --minimal
+    fig "kernel-ramdisk fio_read_p50_us=$(tr ';' '\n' < /tmp/check.out | grep -m1 '^50.000000%=' | cut -d= -f2) fio_read_iops=$(cut -d';' -f8 /tmp/check.out)"
+    rmmod brd
+else
+    result ramdisk-fio FAIL "cannot load brd"
+fi
+timing_fig timing-mem - --mem --size 64M --no-poll
+timing_fig timing-emulate-ptsd 130 --ftl ptsd --size 128M --timing emulate --no-poll
+timing_fig timing-off-ptsd - --ftl ptsd --size 128M --timing off --no-poll
 
 # Recovery: a file-backed device survives `kill -9` of its daemon.
 recovery() {

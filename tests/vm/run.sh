@@ -36,18 +36,22 @@ if [ -z "$pkg" ]; then
 fi
 [ -n "$pkg" ] || { echo "vm test: no linux-image-6.12.*-cloud-amd64-unsigned in apt"; exit 1; }
 kdir=$cache/$pkg
-if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ]; then
+if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd.ko" ]; then
     log "downloading $pkg"
     rm -rf "$kdir.tmp" && mkdir -p "$kdir.tmp"
     (cd "$kdir.tmp" && apt-get download -q "$pkg" >/dev/null 2>&1 || apt-get download "$pkg")
     dpkg-deb -x "$kdir.tmp"/*.deb "$kdir.tmp/x"
     mkdir -p "$kdir"
     cp "$kdir.tmp"/x/boot/vmlinuz-* "$kdir/vmlinuz"
-    ko=$(find "$kdir.tmp/x" -name 'ublk_drv.ko*' | head -1)
-    case "$ko" in
-        *.xz) xz -dc "$ko" > "$kdir/ublk_drv.ko" ;;
-        *) cp "$ko" "$kdir/ublk_drv.ko" ;;
-    esac
+    # ublk_drv, and brd (a RAM disk: the kernel-only baseline of the
+    # latency figures); neither depends on another module.
+    for m in ublk_drv brd; do
+        ko=$(find "$kdir.tmp/x" -name "$m.ko*" | head -1)
+        case "$ko" in
+            *.xz) xz -dc "$ko" > "$kdir/$m.ko" ;;
+            *) cp "$ko" "$kdir/$m.ko" ;;
+        esac
+    done
     rm -rf "$kdir.tmp"
 fi
 log "kernel $pkg"
@@ -87,7 +91,7 @@ rd=$cache/initramfs
 rm -rf "$rd" && mkdir -p "$rd"/{bin,sbin,lib,lib64,proc,sys,dev,run,tmp,mnt,etc}
 cp "$(command -v busybox)" "$rd/bin/busybox"
 cp "$ptsd_bin" "$rd/bin/ptsd"
-cp "$kdir/ublk_drv.ko" "$rd/lib/ublk_drv.ko"
+cp "$kdir/ublk_drv.ko" "$kdir/brd.ko" "$rd/lib/"
 mke2fs=$(command -v mke2fs || echo /sbin/mke2fs)
 cp "$mke2fs" "$rd/sbin/mke2fs"
 ln -s mke2fs "$rd/sbin/mkfs.ext4"
@@ -106,14 +110,14 @@ for lib in $(LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -o
     mkdir -p "$rd$(dirname "$dest")"
     [ -e "$rd$dest" ] || cp -L "$lib" "$rd$dest"
 done
-cp tests/vm/guest-init.sh "$rd/init"
+cp "${PTSD_VM_INIT:-tests/vm/guest-init.sh}" "$rd/init"
 chmod +x "$rd/init"
 (cd "$rd" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) > "$cache/initrd.gz"
 
 # --- boot --------------------------------------------------------------------
 out=$cache/console.log
 log "booting (TCG); console in $out"
-timeout "${PTSD_VM_TIMEOUT:-420}" qemu-system-x86_64 -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
+timeout "${PTSD_VM_TIMEOUT:-420}" qemu-system-x86_64 -accel tcg -m 2048 -smp "${PTSD_VM_SMP:-2}" -nographic -no-reboot \
     -kernel "$kdir/vmlinuz" -initrd "$cache/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1 ${PTSD_VM_APPEND:-}" > "$out" 2>&1 || true
 tr -d '\r' < "$out" > "$out.txt"

@@ -33,6 +33,38 @@ struct State {
     busy: Vec<bool>,
     closed: bool,
     woken: bool,
+    /// Threads sleeping on the condition variable. Nobody is told about a
+    /// change when nobody waits: like the kernel ring, a completion costs no
+    /// system call unless someone sleeps.
+    sleepers: usize,
+}
+
+impl Inner {
+    fn notify(&self, st: &State) {
+        if st.sleepers > 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Sleep on the condition variable (at most `timeout`, if given).
+    fn sleep<'a>(
+        &self,
+        mut st: MutexGuard<'a, State>,
+        timeout: Option<Duration>,
+    ) -> MutexGuard<'a, State> {
+        st.sleepers += 1;
+        let mut st = match timeout {
+            Some(t) => {
+                self.cv
+                    .wait_timeout(st, t)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            None => self.cv.wait(st).unwrap_or_else(|e| e.into_inner()),
+        };
+        st.sleepers -= 1;
+        st
+    }
 }
 
 struct Inner {
@@ -106,6 +138,7 @@ pub fn fake_queue(depth: u16, buf_bytes: usize, blocking: bool) -> (FakeQueue, F
             busy: vec![false; depth as usize],
             closed: false,
             woken: false,
+            sleepers: 0,
         }),
         cv: Condvar::new(),
         ptrs,
@@ -124,7 +157,7 @@ impl QueueIo for FakeQueue {
         let mut st = self.inner.lock();
         if wait && self.inner.blocking {
             while st.incoming.is_empty() && !st.woken && !st.closed {
-                st = self.inner.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = self.inner.sleep(st, None);
             }
         }
         st.woken = false;
@@ -149,7 +182,7 @@ impl QueueIo for FakeQueue {
             *b = false;
         }
         st.completed.push((tag, result));
-        self.inner.cv.notify_all();
+        self.inner.notify(&st);
     }
 }
 
@@ -166,7 +199,7 @@ impl Waker for FakeWaker {
     fn wake(&self) {
         let mut st = self.0.lock();
         st.woken = true;
-        self.0.cv.notify_all();
+        self.0.notify(&st);
     }
 }
 
@@ -195,7 +228,7 @@ impl FakeHandle {
         }
         st.busy[tag as usize] = true;
         st.incoming.push_back(Incoming { tag, desc });
-        self.inner.cv.notify_all();
+        self.inner.notify(&st);
         Ok(())
     }
 
@@ -216,7 +249,7 @@ impl FakeHandle {
             st.busy[tag as usize] = true;
             st.incoming.push_back(Incoming { tag, desc });
         }
-        self.inner.cv.notify_all();
+        self.inner.notify(&st);
         Ok(())
     }
 
@@ -259,19 +292,15 @@ impl FakeHandle {
             if left.is_zero() {
                 break;
             }
-            st = self
-                .inner
-                .cv
-                .wait_timeout(st, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            st = self.inner.sleep(st, Some(left));
         }
         std::mem::take(&mut st.completed)
     }
 
     /// Take the queue down, as the kernel does when the device is deleted.
     pub fn close(&self) {
-        self.inner.lock().closed = true;
-        self.inner.cv.notify_all();
+        let mut st = self.inner.lock();
+        st.closed = true;
+        self.inner.notify(&st);
     }
 }

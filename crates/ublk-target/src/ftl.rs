@@ -10,7 +10,6 @@
 use crate::backend::{Backend, Finished, Pending};
 use crate::request::{IoOp, RequestError};
 use ptsd_ftl::{Done, FtlConfig, Op, Payload, Request, Ssd};
-use std::collections::HashMap;
 
 /// Whether completions wait for the modelled NAND time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -54,7 +53,10 @@ pub struct FtlBackend {
     page: u32,
     /// Virtual time for `Timing::Off`.
     vnow: u64,
-    inflight: HashMap<u64, Pending>,
+    /// Requests inside the SSD, by queue and tag (the SSD's request id
+    /// encodes both).
+    inflight: Vec<Vec<Option<Pending>>>,
+    inflight_count: usize,
     done: Vec<Done>,
     /// Finished before `advance` was called (refused at submit).
     refused: Vec<Finished>,
@@ -77,7 +79,8 @@ impl FtlBackend {
             keeps_data,
             page,
             vnow: 0,
-            inflight: HashMap::new(),
+            inflight: Vec::new(),
+            inflight_count: 0,
             done: Vec::new(),
             refused: Vec::new(),
             pool: Vec::new(),
@@ -97,9 +100,16 @@ impl FtlBackend {
     }
 
     fn finish(&mut self, d: Done, now_ns: u64, out: &mut Vec<Finished>) {
-        let Some(p) = self.inflight.remove(&d.completion.id) else {
+        let (queue, tag) = ((d.completion.id >> 16) as usize, d.completion.id as u16);
+        let Some(p) = self
+            .inflight
+            .get_mut(queue)
+            .and_then(|q| q.get_mut(tag as usize))
+            .and_then(Option::take)
+        else {
             return;
         };
+        self.inflight_count -= 1;
         let bytes = p.cmd.blocks as usize * self.page as usize;
         let mut result = if d.failed {
             -libc::EIO
@@ -211,7 +221,18 @@ impl Backend for FtlBackend {
         };
         match self.ssd.submit(t, req, payload) {
             Ok(()) => {
-                self.inflight.insert(req.id, p);
+                let (q, t) = (p.queue as usize, p.tag as usize);
+                if self.inflight.len() <= q {
+                    self.inflight.resize_with(q + 1, Vec::new);
+                }
+                let slots = &mut self.inflight[q];
+                if slots.len() <= t {
+                    slots.resize(t + 1, None);
+                }
+                // A tag is in flight once at a time (the queue owns it until
+                // it completes), so the slot is free.
+                slots[t] = Some(p);
+                self.inflight_count += 1;
             }
             Err(e) => {
                 tracing::warn!(error = %e, cmd = ?p.cmd, "SSD refused a request");
@@ -247,7 +268,7 @@ impl Backend for FtlBackend {
     }
 
     fn in_flight(&self) -> usize {
-        self.inflight.len() + self.refused.len()
+        self.inflight_count + self.refused.len()
     }
 
     fn shutdown(&mut self) -> Result<(), RequestError> {
