@@ -92,10 +92,20 @@ impl FtlBackend {
         &self.ssd
     }
 
+    /// A pooled buffer of `len` bytes whose contents are left over from
+    /// an earlier request: for payloads that are overwritten in full.
     fn buffer(&mut self, len: usize) -> Vec<u8> {
         let mut v = self.pool.pop().unwrap_or_default();
-        v.clear();
-        v.resize(len, 0);
+        if v.len() != len {
+            v.resize(len, 0);
+        }
+        v
+    }
+
+    /// A pooled buffer of `len` zero bytes.
+    fn zeroed(&mut self, len: usize) -> Vec<u8> {
+        let mut v = self.buffer(len);
+        v.fill(0);
         v
     }
 
@@ -201,7 +211,7 @@ impl Backend for FtlBackend {
             IoOp::WriteZeroes => (
                 Op::Write,
                 if self.keeps_data {
-                    Payload::Write(self.buffer(bytes))
+                    Payload::Write(self.zeroed(bytes))
                 } else {
                     Payload::None
                 },
