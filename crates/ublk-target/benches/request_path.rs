@@ -132,9 +132,20 @@ fn inproc(c: &mut Criterion) {
     g.finish();
 }
 
-/// `queues` threads each keep `depth` 4 KiB reads in flight for `total`
-/// requests; returns the wall time.
-fn threaded_run(lock_mode: LockMode, poll: bool, queues: u16, depth: u16, total: u64) -> Duration {
+/// What one threaded run cost.
+struct RunCost {
+    wall: Duration,
+    /// CPU time of the whole process (every thread) during the run.
+    cpu: Duration,
+    /// Hand-off lock acquisitions during the run.
+    locks: u64,
+}
+
+/// `queues` queue threads, each fed by a client thread that keeps `depth`
+/// 4 KiB reads in flight, `total` requests in all. The clients sleep until
+/// their completions arrive, as the block layer does: only the target's
+/// threads poll (with `poll`).
+fn threaded_run(lock_mode: LockMode, poll: bool, queues: u16, depth: u16, total: u64) -> RunCost {
     let backend = DirectBackend::new(MemDevice::new(BS, BLOCKS).unwrap(), SchedKind::ReadPriority);
     let config = EngineConfig {
         queues,
@@ -146,7 +157,7 @@ fn threaded_run(lock_mode: LockMode, poll: bool, queues: u16, depth: u16, total:
     let (engine, shared) = Engine::new(Box::new(backend), config, Clock::wall());
     let worker = engine.spawn().unwrap();
     let per_queue = total / u64::from(queues);
-    let start = Instant::now();
+    let (start, cpu0, locks0) = (Instant::now(), process_cpu_time(), shared.lock_count());
     let mut threads = Vec::new();
     for q in 0..queues {
         let (mut queue, handle) = fake_queue(depth, BS as usize, true);
@@ -159,23 +170,15 @@ fn threaded_run(lock_mode: LockMode, poll: bool, queues: u16, depth: u16, total:
         let client = std::thread::spawn(move || {
             let mut done = 0u64;
             let mut round = 0u64;
-            let mut comps = Vec::new();
             while done < per_queue {
                 let batch = reads(depth, round);
                 round += 1;
                 handle.submit_many(&batch).unwrap();
                 let mut got = 0;
                 while got < depth as usize {
-                    comps.clear();
-                    if poll {
-                        handle.drain_completions(&mut comps);
-                        if comps.is_empty() {
-                            std::hint::spin_loop();
-                        }
-                    } else {
-                        comps = handle.wait_completions(1, Duration::from_secs(10));
-                    }
-                    got += comps.len();
+                    got += handle
+                        .wait_completions(depth as usize - got, Duration::from_secs(10))
+                        .len();
                 }
                 done += u64::from(depth);
             }
@@ -187,29 +190,110 @@ fn threaded_run(lock_mode: LockMode, poll: bool, queues: u16, depth: u16, total:
         c.join().unwrap();
         s.join().unwrap();
     }
-    let elapsed = start.elapsed();
+    let cost = RunCost {
+        wall: start.elapsed(),
+        cpu: process_cpu_time() - cpu0,
+        locks: shared.lock_count() - locks0,
+    };
     shared.stop();
     worker.join().unwrap();
-    elapsed
+    cost
 }
 
+/// CPU time of the whole process.
+fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Queue swapping vs a lock per request: 4 queues at QD 16, no polling (on
+/// a shared 2-core machine spinning threads would measure the scheduler).
+/// Timed in process CPU time (every thread's), so the figure is the CPU
+/// the hand-off costs, whatever else runs on the machine.
 fn handoff(c: &mut Criterion) {
     let mut g = c.benchmark_group("handoff");
     g.sample_size(10);
     let per_iter = 4 * 16 * 64u64;
     g.throughput(Throughput::Elements(per_iter));
     for mode in [LockMode::Swap, LockMode::PerRequest] {
-        g.bench_function(BenchmarkId::new("4queues-qd16", format!("{mode:?}")), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| threaded_run(mode, true, 4, 16, per_iter))
-                    .sum()
-            })
-        });
+        let mut locks = (0u64, 0u64);
+        g.bench_function(
+            BenchmarkId::new("4queues-qd16-cpu", format!("{mode:?}")),
+            |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            let cost = threaded_run(mode, false, 4, 16, per_iter);
+                            locks.0 += cost.locks;
+                            locks.1 += per_iter;
+                            cost.cpu
+                        })
+                        .sum()
+                })
+            },
+        );
+        if locks.1 > 0 {
+            eprintln!(
+                "handoff {mode:?}: {:.2} hand-off lock acquisitions per request",
+                locks.0 as f64 / locks.1 as f64
+            );
+        }
+    }
+    let items = 64 * 1024u64;
+    g.throughput(Throughput::Elements(items));
+    for mode in [LockMode::Swap, LockMode::PerRequest] {
+        g.bench_function(
+            BenchmarkId::new("queue-only-4producers-cpu", format!("{mode:?}")),
+            |b| b.iter_custom(|iters| (0..iters).map(|_| handoff_queue_only(mode, items)).sum()),
+        );
     }
     g.finish();
 }
 
+/// The hand-off queue alone: 4 producer threads push batches of 16 items
+/// (one ublk queue's fetch) while one consumer takes everything. Process
+/// CPU time per item, contention included.
+fn handoff_queue_only(mode: LockMode, total: u64) -> Duration {
+    use ptsd_ublk::handoff::Handoff;
+    use std::sync::Arc;
+    let h = Arc::new(Handoff::new(mode));
+    let producers = 4u64;
+    let cpu0 = process_cpu_time();
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let mut batch = Vec::with_capacity(16);
+                for i in (0..total / producers).step_by(16) {
+                    batch.extend((i..i + 16).map(|x| x * producers + p));
+                    h.push_batch(&mut batch);
+                }
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut taken = 0u64;
+    while taken < total {
+        out.clear();
+        let n = h.take_all(&mut out) as u64;
+        if n == 0 {
+            std::thread::yield_now();
+        }
+        taken += n;
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    process_cpu_time() - cpu0
+}
+
+/// One request at a time (QD 1): round-trip latency, the target's threads
+/// polling vs sleeping. Wall time, so it needs idle cores to mean much.
 fn qd1(c: &mut Criterion) {
     let mut g = c.benchmark_group("qd1");
     g.sample_size(10);
@@ -220,7 +304,7 @@ fn qd1(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("read4k-roundtrip", name), |b| {
             b.iter_custom(|iters| {
                 (0..iters)
-                    .map(|_| threaded_run(LockMode::Swap, poll, 1, 1, n))
+                    .map(|_| threaded_run(LockMode::Swap, poll, 1, 1, n).wall)
                     .sum()
             })
         });
