@@ -189,7 +189,7 @@ check ftl-store-recovery ftl_store_recovery
 exercise mem-poll full --mem --size 64M
 exercise mem-nopoll quick --mem --size 64M --no-poll --sched fifo
 exercise mem-2q-mutex quick --mem --size 64M --queues 2 --lock per-request --no-poll
-exercise ftl-ptsd full --ftl ptsd --size 128M --no-poll
+exercise ftl-ptsd full --ftl ptsd --size 128M --poll
 exercise ftl-dftl quick --ftl dftl --size 128M --no-poll
 exercise ftl-page quick --ftl page --size 128M --no-poll
 
@@ -213,6 +213,7 @@ timing_fig() { # LABEL MODEL-READ-US ADD-ARGS...
     sleep 1.2
     target=$(ptsd ublk stats "$id" | grep -A8 '"read"' | grep -o '"p50_ns": [0-9]*' | grep -o '[0-9]*$')
     fig "$label fio_read_p50_us=$fio_p50 fio_read_iops=$fio_iops verify_$guest target_read_p50_us=$((target / 1000)) model_read_us=$model"
+    echo "$fio_p50 $((target / 1000))" > "/tmp/$label.lat"
     ptsd ublk del "$id" >/dev/null
 }
 # The VM's own floor: the same fio run on a kernel RAM disk (brd), no
@@ -225,9 +226,14 @@ if insmod /lib/brd.ko rd_nr=1 rd_size=8192; then
 else
     result ramdisk-fio FAIL "cannot load brd"
 fi
-timing_fig timing-mem - --mem --size 64M --no-poll
-timing_fig timing-emulate-ptsd 130 --ftl ptsd --size 128M --timing emulate --no-poll
-timing_fig timing-off-ptsd - --ftl ptsd --size 128M --timing off --no-poll
+timing_fig timing-mem - --mem --size 64M --poll
+timing_fig timing-emulate-ptsd 130 --ftl ptsd --size 128M --timing emulate --poll
+timing_fig timing-off-ptsd - --ftl ptsd --size 128M --timing off --poll
+if [ -f /tmp/timing-emulate-ptsd.lat ] && [ -f /tmp/timing-off-ptsd.lat ]; then
+    read -r fe te < /tmp/timing-emulate-ptsd.lat
+    read -r fo to < /tmp/timing-off-ptsd.lat
+    fig "timing-summary 4KiB QD1 read p50: emulate-minus-off fio=$((fe - fo))us target=$((te - to))us (model 130us); VM overhead (timing off) fio=${fo}us target=${to}us"
+fi
 
 # Recovery: a file-backed device survives `kill -9` of its daemon.
 recovery() {
