@@ -16,7 +16,7 @@ root=$PWD
 cache=$root/target/vm-cache
 mkdir -p "$cache"
 t0=$(date +%s)
-log() { echo "== vm: $*"; }
+log() { echo "== vm: [$(( $(date +%s) - t0 )) s] $*"; }
 
 for tool in qemu-system-x86_64 busybox dpkg-deb xz apt-get gzip; do
     command -v "$tool" >/dev/null || { echo "vm test: missing host tool $tool (run scripts/setup)"; exit 1; }
