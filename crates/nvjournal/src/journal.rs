@@ -15,6 +15,7 @@ use crate::layout::{
     Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
     SB_SIZE, SLOT_HEADER,
 };
+use crate::protocol::{Epochs, Padded, Ring};
 use crate::region::{Persist, RegionMode};
 
 type Result<T> = std::result::Result<T, JournalError>;
@@ -141,71 +142,19 @@ pub struct RecoveryReport {
     pub discarded_slots: u64,
 }
 
-const ST_STAGED: u64 = 1;
-const ST_ABORTED: u64 = 2;
-const ST_CLAIMED: u64 = 3;
-
 /// Entries in the ring of per-epoch done marks: at most this many
 /// transactions can begin past the oldest unfinished one.
 const EPOCH_RING: usize = 1 << 12;
 
-#[inline]
-fn epoch_idx(epoch: u64) -> usize {
-    (epoch % EPOCH_RING as u64) as usize
-}
-
-#[inline]
-fn staged(pos: u64) -> u64 {
-    pos << 2 | ST_STAGED
-}
-#[inline]
-fn aborted(pos: u64) -> u64 {
-    pos << 2 | ST_ABORTED
-}
-#[inline]
-fn claimed(pos: u64) -> u64 {
-    pos << 2 | ST_CLAIMED
-}
-
-/// Keeps hot atomics on their own cache lines (no false sharing).
-#[repr(align(128))]
-#[derive(Default)]
-struct Padded<T>(T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// DRAM state of one slot.
-#[repr(align(64))]
-#[derive(Default)]
-struct SlotMeta {
-    /// `pos << 2 | status` once claimed/staged/aborted at ring position
-    /// `pos`.
-    state: AtomicU64,
-    /// Block number and epoch of the slot (published by `state`).
-    block: AtomicU64,
-    epoch: AtomicU64,
-}
-
 /// DRAM state of one ring.
 struct Partition {
-    /// Next ring position to claim.
-    head: Padded<AtomicU64>,
-    /// Every position below this is staged or aborted (the paper's
-    /// `last_check`, exclusive).
-    last_check: Padded<AtomicU64>,
+    /// Head, `last_check` and per-slot states (the lock-free part).
+    ring: Ring,
     /// Every position below this is checkpointed and free.
     tail: Padded<AtomicU64>,
     /// Ring position this partition started at (for the stats).
     start: u64,
     journal_reads: Padded<AtomicU64>,
-    /// Per slot: its DRAM state, one cache line each (neighbouring slots
-    /// are staged by different threads).
-    meta: Box<[SlotMeta]>,
     /// Newest finished version of each block in this ring: block -> pos.
     index: RwLock<HashMap<u64, u64>>,
     /// Positions claimed past the ring's capacity by stages that gave up
@@ -218,12 +167,10 @@ struct Partition {
 impl Partition {
     fn new(slots: u64, start: u64) -> Self {
         Self {
-            head: Padded(AtomicU64::new(start)),
-            last_check: Padded(AtomicU64::new(start)),
+            ring: Ring::new(slots, start),
             tail: Padded(AtomicU64::new(start)),
             start,
             journal_reads: Padded::default(),
-            meta: (0..slots).map(|_| SlotMeta::default()).collect(),
             index: RwLock::new(HashMap::default()),
             holes: Mutex::new(Vec::new()),
             ckpt_result: Mutex::new((start, Vec::new())),
@@ -279,18 +226,8 @@ pub(crate) struct Inner {
     parts: Vec<Partition>,
     fill_threshold: u64,
 
-    /// Next transaction epoch: every transaction gets its own (a ticket).
-    next_epoch: Padded<AtomicU64>,
-    /// Per epoch (modulo the ring): the epoch number once its transaction
-    /// has finished or aborted.
-    epoch_done: Box<[Padded<AtomicU64>]>,
-    /// Every epoch below this is done (advanced over `epoch_done`).
-    done_below: Padded<AtomicU64>,
-    /// Non-empty transactions finished so far.
-    finished: Padded<AtomicU64>,
-    /// `finished` as read by the newest durable commit before it looked at
-    /// the epochs: every transaction counted there is durable.
-    durable_finished: Padded<AtomicU64>,
+    /// One epoch per transaction: numbers, done marks, finished count.
+    epochs: Epochs,
     aborted: Padded<AtomicU64>,
 
     commit_lock: Mutex<()>,
@@ -474,13 +411,7 @@ impl Journal {
             kind: cfg.kind,
             parts,
             fill_threshold,
-            next_epoch: Padded(AtomicU64::new(rec.epoch + 1)),
-            // Entry `e % EPOCH_RING` holds `e` once epoch `e` is done; 0 is
-            // never a live epoch, so the zeroed ring means "none done".
-            epoch_done: (0..EPOCH_RING).map(|_| Padded::default()).collect(),
-            done_below: Padded(AtomicU64::new(rec.epoch + 1)),
-            finished: Padded::default(),
-            durable_finished: Padded::default(),
+            epochs: Epochs::new(rec.epoch + 1, EPOCH_RING),
             aborted: Padded::default(),
             commit_lock: Mutex::new(()),
             global_lock: (cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(())),
@@ -540,7 +471,7 @@ impl Journal {
     pub fn begin(&self) -> Tx {
         let inner = &self.inner;
         inner.wait_below_high_water();
-        let epoch = inner.next_epoch.fetch_add(1, Ordering::SeqCst);
+        let epoch = inner.epochs.begin();
         inner.wait_epoch_room(epoch);
         Tx {
             inner: inner.clone(),
@@ -614,10 +545,10 @@ impl Journal {
             staged_blocks: i
                 .parts
                 .iter()
-                .map(|p| p.head.load(Ordering::Relaxed) - p.start)
+                .map(|p| p.ring.head.load(Ordering::Relaxed) - p.start)
                 .sum::<u64>()
                 .saturating_sub(i.abandoned.load(Ordering::Relaxed)),
-            finished_txs: i.finished.load(Ordering::Relaxed),
+            finished_txs: i.epochs.finished(),
             aborted_txs: i.aborted.load(Ordering::Relaxed),
             commits: i.commits.load(Ordering::Relaxed),
             shared_commits: i.shared_commits.load(Ordering::Relaxed),
@@ -783,13 +714,8 @@ impl Tx {
                 }
             }
         }
-        // Done mark first, count second: a commit that reads the count
-        // (SeqCst, before scanning the marks) then sees our mark, so it
-        // covers us (see `commit_covering`).
-        inner.epoch_done[epoch_idx(self.epoch)].store(self.epoch, Ordering::SeqCst);
-        if !self.slots.is_empty() {
-            inner.finished.fetch_add(1, Ordering::SeqCst);
-        }
+        // Done mark, then count: a commit that counts us sees us done.
+        inner.epochs.finish(self.epoch, !self.slots.is_empty());
         Ok(TxId(self.txid))
     }
 }
@@ -853,7 +779,7 @@ impl Inner {
         let p = (block % u64::from(self.geo.partitions)) as usize;
         let part = &self.parts[p];
         let mut guard = self.global_lock.as_ref().map(lock_spinning);
-        let pos = part.head.fetch_add(1, Ordering::AcqRel);
+        let pos = part.ring.claim();
         let tail = part.tail.load(Ordering::Acquire);
         if pos >= tail + self.geo.slots {
             // The baseline must not hold its lock while waiting: the commit
@@ -870,12 +796,9 @@ impl Inner {
                 self.high_water.store(true, Ordering::Relaxed);
             }
         }
-        let idx = (pos % self.geo.slots) as usize;
-        part.meta[idx].block.store(block, Ordering::Relaxed);
-        part.meta[idx].epoch.store(epoch, Ordering::Relaxed);
         // Tell committers whose epoch this slot belongs to, so that a commit
-        // of an earlier epoch does not wait for this stage to finish.
-        part.meta[idx].state.store(claimed(pos), Ordering::Release);
+        // not covering it does not wait for this stage to finish.
+        part.ring.publish_claim(pos, block, epoch);
         let off = self.geo.slot_offset(p, pos);
         let header = SlotHeader {
             pos,
@@ -896,7 +819,7 @@ impl Inner {
         };
         self.region.write(off + FLAG_AT, &FLAG_STAGED.to_le_bytes());
         self.region.persist(off + FLAG_AT, 8);
-        part.meta[idx].state.store(staged(pos), Ordering::Release);
+        part.ring.publish_staged(pos);
         drop(guard);
         Ok((p as u32, pos))
     }
@@ -916,9 +839,9 @@ impl Inner {
                 self.abandon(part, pos);
                 return Err(e);
             }
-            let idx = (tail % self.geo.slots) as usize;
-            let st = part.meta[idx].state.load(Ordering::Acquire);
-            if st == staged(tail) && part.meta[idx].epoch.load(Ordering::Relaxed) >= epoch {
+            if part.ring.is_staged(tail)
+                && part.ring.slot(tail).epoch.load(Ordering::Relaxed) >= epoch
+            {
                 // Freeing the tail needs our own transaction, or a younger
                 // one, to finish. Waiting only ever for older transactions
                 // rules out a cycle of waiters (wait-die): give up and leave
@@ -951,7 +874,7 @@ impl Inner {
         let over = || {
             self.parts
                 .iter()
-                .any(|p| p.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high)
+                .any(|p| p.ring.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high)
         };
         if !over() {
             self.high_water.store(false, Ordering::Relaxed);
@@ -979,14 +902,11 @@ impl Inner {
             // Durable before the epoch is marked done and can commit.
             self.region.persist_ranges(&ranges);
             for &(p, pos, _) in slots {
-                let idx = (pos % self.geo.slots) as usize;
-                self.parts[p as usize].meta[idx]
-                    .state
-                    .store(aborted(pos), Ordering::Release);
+                self.parts[p as usize].ring.publish_aborted(pos);
             }
         }
         self.aborted.fetch_add(1, Ordering::Relaxed);
-        self.epoch_done[epoch_idx(epoch)].store(epoch, Ordering::SeqCst);
+        self.epochs.abort(epoch);
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
@@ -1015,49 +935,15 @@ impl Inner {
 
     /// Advance partition `p`'s `last_check` over staged/aborted slots.
     fn advance_last_check(&self, p: usize) -> bool {
-        let part = &self.parts[p];
-        let start = part.last_check.load(Ordering::Acquire);
-        let mut j = start;
-        loop {
-            let st = part.meta[(j % self.geo.slots) as usize]
-                .state
-                .load(Ordering::Acquire);
-            if st != staged(j) && st != aborted(j) {
-                break;
-            }
-            j += 1;
-        }
-        if j > start {
-            part.last_check.fetch_max(j, Ordering::AcqRel);
-            true
-        } else {
-            false
-        }
+        self.parts[p].ring.advance_last_check()
     }
 
-    /// Advance `done_below` over finished/aborted epochs; returns it.
-    fn advance_done_below(&self) -> u64 {
-        let start = self.done_below.load(Ordering::Acquire);
-        let mut e = start;
-        while self.epoch_done[epoch_idx(e)].load(Ordering::Acquire) == e {
-            e += 1;
-        }
-        if e > start {
-            self.done_below.fetch_max(e, Ordering::AcqRel).max(e)
-        } else {
-            start
-        }
-    }
-
-    /// An epoch's `epoch_done` entry is reused every [`EPOCH_RING`] epochs:
-    /// wait until the epoch that used it before is done (only ever needed
-    /// when that many transactions started while an old one stays open).
+    /// An epoch's done mark is reused every [`EPOCH_RING`] epochs: wait
+    /// until the epoch that used it before is done (only ever needed when
+    /// that many transactions started while an old one stays open).
     fn wait_epoch_room(&self, epoch: u64) {
-        if epoch < self.done_below.load(Ordering::Relaxed) + EPOCH_RING as u64 {
-            return;
-        }
         let mut wait = Backoff::default();
-        while epoch >= self.advance_done_below() + EPOCH_RING as u64 {
+        while !self.epochs.has_room(epoch) {
             wait.snooze();
         }
     }
@@ -1065,23 +951,16 @@ impl Inner {
     /// Wait until every position of partition `p` below `head` is staged,
     /// aborted, or claimed by a transaction the commit `target` excludes.
     fn wait_passed(&self, p: usize, head: u64, target: &CkptTarget) -> Result<()> {
-        let part = &self.parts[p];
-        if part.last_check.load(Ordering::Acquire) >= head {
+        let ring = &self.parts[p].ring;
+        if ring.last_check.load(Ordering::Acquire) >= head {
             return Ok(());
         }
-        self.advance_last_check(p);
-        let mut j = part.last_check.load(Ordering::Acquire);
+        let mut j = ring.scan_start();
         let mut wait = Backoff::default();
-        while j < head {
-            let idx = (j % self.geo.slots) as usize;
-            let st = part.meta[idx].state.load(Ordering::Acquire);
-            let passed = st == staged(j)
-                || st == aborted(j)
-                || (st == claimed(j)
-                    && !target.covers(part.meta[idx].epoch.load(Ordering::Relaxed)));
-            if passed {
-                j += 1;
-                continue;
+        loop {
+            j = ring.scan_passed(j, head, |e| target.covers(e));
+            if j >= head {
+                return Ok(());
             }
             // The claim is not published yet (a few instructions away), or
             // a freed hole is about to be marked aborted.
@@ -1090,7 +969,6 @@ impl Inner {
                 return Err(JournalError::Closed);
             }
         }
-        Ok(())
     }
 
     /// Commit worker of partition `p` (the paper's): advances `last_check`
@@ -1111,8 +989,8 @@ impl Inner {
         self.check_running()?;
         // `finished` counts every transaction finished before this call;
         // once a durable commit has counted as many, they are all durable.
-        let fin = self.finished.load(Ordering::SeqCst);
-        if self.durable_finished.load(Ordering::SeqCst) >= fin {
+        let fin = self.epochs.finished();
+        if self.epochs.is_durable(fin) {
             self.shared_commits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -1128,7 +1006,7 @@ impl Inner {
         // group commit.
         let mut wait = Backoff::default();
         let _c = loop {
-            if self.durable_finished.load(Ordering::SeqCst) >= fin {
+            if self.epochs.is_durable(fin) {
                 self.shared_commits.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -1142,7 +1020,7 @@ impl Inner {
             wait.count();
         };
         self.check_running()?;
-        if self.durable_finished.load(Ordering::SeqCst) >= fin {
+        if self.epochs.is_durable(fin) {
             self.shared_commits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -1152,16 +1030,9 @@ impl Inner {
         // transaction in progress (it waits only when more than
         // MAX_EXCLUDED are open at once).
         let mut wait = Backoff::default();
-        let (counted, epoch, excluded) = loop {
-            let counted = self.finished.load(Ordering::SeqCst);
-            let top = self.next_epoch.load(Ordering::SeqCst) - 1;
-            let below = self.advance_done_below();
-            let excluded: Vec<u64> = (below..=top)
-                .filter(|&e| self.epoch_done[epoch_idx(e)].load(Ordering::SeqCst) != e)
-                .take(MAX_EXCLUDED + 1)
-                .collect();
-            if excluded.len() <= MAX_EXCLUDED {
-                break (counted, top, excluded);
+        let cover = loop {
+            if let Some(cover) = self.epochs.cover(MAX_EXCLUDED) {
+                break cover;
             }
             wait.snooze();
             if self.shutdown.load(Ordering::Relaxed) {
@@ -1176,7 +1047,7 @@ impl Inner {
             .parts
             .iter()
             .map(|part| {
-                let h = part.head.load(Ordering::SeqCst);
+                let h = part.ring.head.load(Ordering::SeqCst);
                 h.min(part.tail.load(Ordering::SeqCst) + self.geo.slots)
             })
             .collect();
@@ -1185,9 +1056,11 @@ impl Inner {
         // (advanced by the partition's commit worker, or here) over flagged
         // slots, and past it only slots of later or excluded epochs, which
         // the record keeps from replay.
+        let counted = cover.counted;
+        let epoch = cover.top;
         let target = CkptTarget {
             epoch,
-            excluded,
+            excluded: cover.excluded,
             heads,
         };
         for (p, &h) in target.heads.iter().enumerate() {
@@ -1221,7 +1094,7 @@ impl Inner {
                 .map_err(|e| self.fail(format!("region sync: {e}")))?;
         }
         drop(g);
-        self.durable_finished.fetch_max(counted, Ordering::SeqCst);
+        self.epochs.publish_durable(counted);
         self.commits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -1261,9 +1134,8 @@ impl Inner {
             last = Instant::now();
             // Commit what is finished (a commit never waits for open
             // transactions: a stager waiting for ring space may be one).
-            let fin = self.finished.load(Ordering::SeqCst);
-            if fin > self.durable_finished.load(Ordering::SeqCst)
-                && self.commit_covering(fin).is_err()
+            let fin = self.epochs.finished();
+            if !self.epochs.is_durable(fin) && self.commit_covering(fin).is_err()
             {
                 continue;
             }
@@ -1296,11 +1168,7 @@ impl Inner {
         let has_holes = self.parts.iter().any(|p| !p.holes.lock().is_empty());
         let work = self.parts.iter().zip(&target.heads).any(|(p, &h)| {
             let t = p.tail.load(Ordering::Acquire);
-            t < h
-                || p.meta[(t % self.geo.slots) as usize]
-                    .state
-                    .load(Ordering::Acquire)
-                    == aborted(t)
+            t < h || p.ring.is_aborted(t)
         });
         if !work && !has_holes {
             return;
@@ -1380,25 +1248,20 @@ impl Inner {
         let mut newest: HashMap<u64, u64> = HashMap::default();
         let mut new_tail = head.max(tail);
         for pos in tail..head {
-            let idx = (pos % self.geo.slots) as usize;
-            let st = part.meta[idx].state.load(Ordering::Acquire);
-            if st == aborted(pos) {
+            if part.ring.is_aborted(pos) {
                 continue;
             }
-            if st != staged(pos) || !target.covers(part.meta[idx].epoch.load(Ordering::Relaxed)) {
+            let slot = part.ring.slot(pos);
+            if !part.ring.is_staged(pos) || !target.covers(slot.epoch.load(Ordering::Relaxed)) {
                 new_tail = pos;
                 break;
             }
-            newest.insert(part.meta[idx].block.load(Ordering::Relaxed), pos);
+            newest.insert(slot.block.load(Ordering::Relaxed), pos);
         }
         if new_tail == head.max(tail) {
             // Aborted slots past the commit can be freed too: they will
             // never be replayed, and a later commit need not exist for them.
-            while part.meta[(new_tail % self.geo.slots) as usize]
-                .state
-                .load(Ordering::Acquire)
-                == aborted(new_tail)
-            {
+            while part.ring.is_aborted(new_tail) {
                 new_tail += 1;
             }
         }
@@ -1469,7 +1332,7 @@ impl Inner {
             part.tail.fetch_max(new_tail, Ordering::AcqRel);
             // Freed aborted slots may not have been passed by the commit
             // worker yet; once reused they never would be.
-            part.last_check.fetch_max(new_tail, Ordering::AcqRel);
+            part.ring.last_check.fetch_max(new_tail, Ordering::AcqRel);
             self.fill_holes(part);
         }
         self.checkpointed_blocks
@@ -1487,9 +1350,7 @@ impl Inner {
         let tail = part.tail.load(Ordering::Acquire);
         holes.retain(|&h| {
             if h < tail + self.geo.slots {
-                let idx = (h % self.geo.slots) as usize;
-                part.meta[idx].epoch.store(0, Ordering::Relaxed);
-                part.meta[idx].state.store(aborted(h), Ordering::Release);
+                part.ring.publish_aborted(h);
                 false
             } else {
                 true

@@ -42,6 +42,8 @@ mod error;
 mod flush;
 mod journal;
 mod layout;
+#[doc(hidden)]
+pub mod protocol;
 mod recovery;
 mod region;
 

@@ -1,0 +1,317 @@
+//! The lock-free core of the journal, in one place so that the loom model
+//! (`tests/loom.rs`, run with `RUSTFLAGS="--cfg loom"`) checks the very code
+//! the journal runs: a ring's slot states (claim → `claimed` → `staged` or
+//! `aborted`, and `last_check` over them), per-transaction epochs with done
+//! marks, and the commit's snapshot of both. Under `--cfg loom` the atomics
+//! are loom's.
+//!
+//! Public only for the model; not a stable API.
+
+#[cfg(loom)]
+pub use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub use std::sync::atomic::{AtomicU64, Ordering};
+
+const ST_STAGED: u64 = 1;
+const ST_ABORTED: u64 = 2;
+const ST_CLAIMED: u64 = 3;
+
+/// Slot state: staged at ring position `pos`.
+#[inline]
+pub fn staged(pos: u64) -> u64 {
+    pos << 2 | ST_STAGED
+}
+
+/// Slot state: aborted at ring position `pos`.
+#[inline]
+pub fn aborted(pos: u64) -> u64 {
+    pos << 2 | ST_ABORTED
+}
+
+/// Slot state: claimed (being written) at ring position `pos`.
+#[inline]
+pub fn claimed(pos: u64) -> u64 {
+    pos << 2 | ST_CLAIMED
+}
+
+/// Keeps hot atomics on their own cache lines (no false sharing).
+#[repr(align(128))]
+#[derive(Default)]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// DRAM state of one slot, one cache line each (neighbouring slots are
+/// staged by different threads).
+#[repr(align(64))]
+#[derive(Default)]
+pub struct SlotMeta {
+    /// `claimed`/`staged`/`aborted(pos)` once used at ring position `pos`.
+    pub state: AtomicU64,
+    /// Block number of the slot (published by `state`).
+    pub block: AtomicU64,
+    /// Epoch of the transaction that claimed the slot (published by `state`).
+    pub epoch: AtomicU64,
+}
+
+/// The lock-free part of one partition ring.
+pub struct Ring {
+    slots: u64,
+    /// Next ring position to claim.
+    pub head: Padded<AtomicU64>,
+    /// Every position below this is staged or aborted (the paper's
+    /// `last_check`, exclusive).
+    pub last_check: Padded<AtomicU64>,
+    meta: Box<[SlotMeta]>,
+}
+
+impl Ring {
+    /// A ring of `slots` slots whose first position is `start`.
+    pub fn new(slots: u64, start: u64) -> Self {
+        Self {
+            slots,
+            head: Padded(AtomicU64::new(start)),
+            last_check: Padded(AtomicU64::new(start)),
+            meta: (0..slots).map(|_| SlotMeta::default()).collect(),
+        }
+    }
+
+    /// The slot of ring position `pos`.
+    #[inline]
+    pub fn slot(&self, pos: u64) -> &SlotMeta {
+        &self.meta[(pos % self.slots) as usize]
+    }
+
+    /// Claim the next position: the one atomic add of the paper. The slot
+    /// belongs to the caller alone until it publishes it.
+    #[inline]
+    pub fn claim(&self) -> u64 {
+        self.head.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Say which epoch claimed `pos` (before writing the slot), so that a
+    /// commit not covering that epoch need not wait for the copy.
+    #[inline]
+    pub fn publish_claim(&self, pos: u64, block: u64, epoch: u64) {
+        let m = self.slot(pos);
+        m.block.store(block, Ordering::Relaxed);
+        m.epoch.store(epoch, Ordering::Relaxed);
+        m.state.store(claimed(pos), Ordering::Release);
+    }
+
+    /// The slot's data and flag are durable.
+    #[inline]
+    pub fn publish_staged(&self, pos: u64) {
+        self.slot(pos).state.store(staged(pos), Ordering::Release);
+    }
+
+    /// The slot's `ABORTED` flag is durable (or it was never written and
+    /// never will be: an abandoned position).
+    #[inline]
+    pub fn publish_aborted(&self, pos: u64) {
+        self.slot(pos).state.store(aborted(pos), Ordering::Release);
+    }
+
+    /// True if `pos` is staged (Acquire: its writes are visible).
+    #[inline]
+    pub fn is_staged(&self, pos: u64) -> bool {
+        self.slot(pos).state.load(Ordering::Acquire) == staged(pos)
+    }
+
+    /// True if `pos` is aborted.
+    #[inline]
+    pub fn is_aborted(&self, pos: u64) -> bool {
+        self.slot(pos).state.load(Ordering::Acquire) == aborted(pos)
+    }
+
+    /// Advance `last_check` over staged/aborted slots (the commit worker's
+    /// step; committers call it too). True if it moved.
+    pub fn advance_last_check(&self) -> bool {
+        let start = self.last_check.load(Ordering::Acquire);
+        let mut j = start;
+        loop {
+            let st = self.slot(j).state.load(Ordering::Acquire);
+            if st != staged(j) && st != aborted(j) {
+                break;
+            }
+            j += 1;
+        }
+        if j > start {
+            self.last_check.fetch_max(j, Ordering::AcqRel);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// For a commit: has position `j` passed — staged, aborted, or claimed
+    /// by an epoch the commit does not cover (`covers(epoch)` false)? A
+    /// claim not yet published, or a covered slot still being written
+    /// (impossible once its epoch is done), has not.
+    #[inline]
+    pub fn passed(&self, j: u64, covers: impl Fn(u64) -> bool) -> bool {
+        let m = self.slot(j);
+        let st = m.state.load(Ordering::Acquire);
+        st == staged(j)
+            || st == aborted(j)
+            || (st == claimed(j) && !covers(m.epoch.load(Ordering::Relaxed)))
+    }
+
+    /// For a commit: the first position in `[from, head)` that has not
+    /// [`passed`](Self::passed), or `head` if all have. The caller waits
+    /// (a claim is a few instructions from being published) and retries
+    /// from the returned position.
+    pub fn scan_passed(&self, from: u64, head: u64, covers: impl Fn(u64) -> bool) -> u64 {
+        let mut j = from;
+        while j < head && self.passed(j, &covers) {
+            j += 1;
+        }
+        j
+    }
+
+    /// Where a commit starts scanning: `last_check`, advanced first.
+    pub fn scan_start(&self) -> u64 {
+        self.advance_last_check();
+        self.last_check.load(Ordering::Acquire)
+    }
+}
+
+/// What a commit covers: every epoch up to `top` except `excluded`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cover {
+    /// `finished` as read before looking at the epochs: every transaction
+    /// counted there is covered.
+    pub counted: u64,
+    /// Newest epoch begun when the commit looked.
+    pub top: u64,
+    /// Epochs `<= top` whose transaction was still open.
+    pub excluded: Vec<u64>,
+}
+
+impl Cover {
+    /// True if the transaction of `epoch` is committed by this cover.
+    pub fn covers(&self, epoch: u64) -> bool {
+        epoch <= self.top && !self.excluded.contains(&epoch)
+    }
+}
+
+/// Per-transaction epochs: numbers, done marks, and the finished count.
+pub struct Epochs {
+    next: Padded<AtomicU64>,
+    /// Entry `e % len` holds `e` once epoch `e` is done (finished or
+    /// aborted); 0 is never a live epoch.
+    done: Box<[Padded<AtomicU64>]>,
+    /// Every epoch below this is done.
+    done_below: Padded<AtomicU64>,
+    /// Non-empty transactions finished so far.
+    finished: Padded<AtomicU64>,
+    /// `Cover::counted` of the newest durable commit.
+    durable_finished: Padded<AtomicU64>,
+}
+
+impl Epochs {
+    /// Epochs from `first` (>= 1), with a ring of `ring` done marks: at most
+    /// that many transactions can begin past the oldest open one.
+    pub fn new(first: u64, ring: usize) -> Self {
+        assert!(first >= 1 && ring >= 1);
+        Self {
+            next: Padded(AtomicU64::new(first)),
+            done: (0..ring).map(|_| Padded::default()).collect(),
+            done_below: Padded(AtomicU64::new(first)),
+            finished: Padded::default(),
+            durable_finished: Padded::default(),
+        }
+    }
+
+    #[inline]
+    fn mark(&self, epoch: u64) -> &AtomicU64 {
+        &self.done[(epoch % self.done.len() as u64) as usize]
+    }
+
+    /// A new transaction's epoch.
+    #[inline]
+    pub fn begin(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// True if `epoch`'s done mark is free to use (the epoch that used it
+    /// before is done).
+    #[inline]
+    pub fn has_room(&self, epoch: u64) -> bool {
+        epoch < self.done_below.load(Ordering::Relaxed) + self.done.len() as u64
+            || epoch < self.advance_done_below() + self.done.len() as u64
+    }
+
+    /// The transaction of `epoch` finished: done mark first, then (if it
+    /// staged anything) the count, so that a commit which reads the count
+    /// and then the marks sees the mark of every transaction counted.
+    #[inline]
+    pub fn finish(&self, epoch: u64, staged_any: bool) {
+        self.mark(epoch).store(epoch, Ordering::SeqCst);
+        if staged_any {
+            self.finished.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The transaction of `epoch` aborted (its `ABORTED` flags durable).
+    #[inline]
+    pub fn abort(&self, epoch: u64) {
+        self.mark(epoch).store(epoch, Ordering::SeqCst);
+    }
+
+    /// Advance `done_below` over done epochs; returns it.
+    pub fn advance_done_below(&self) -> u64 {
+        let start = self.done_below.load(Ordering::Acquire);
+        let mut e = start;
+        while self.mark(e).load(Ordering::Acquire) == e {
+            e += 1;
+        }
+        if e > start {
+            self.done_below.fetch_max(e, Ordering::AcqRel).max(e)
+        } else {
+            start
+        }
+    }
+
+    /// Non-empty transactions finished so far.
+    #[inline]
+    pub fn finished(&self) -> u64 {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// True once a durable commit covers the first `fin` finished
+    /// transactions.
+    #[inline]
+    pub fn is_durable(&self, fin: u64) -> bool {
+        self.durable_finished.load(Ordering::SeqCst) >= fin
+    }
+
+    /// A commit's view: the finished count, then the newest epoch begun,
+    /// then which epochs up to it are still open. `None` if more than
+    /// `max_excluded` are open (retry later). Read the ring heads after this.
+    pub fn cover(&self, max_excluded: usize) -> Option<Cover> {
+        let counted = self.finished.load(Ordering::SeqCst);
+        let top = self.next.load(Ordering::SeqCst) - 1;
+        let below = self.advance_done_below();
+        let excluded: Vec<u64> = (below..=top)
+            .filter(|&e| self.mark(e).load(Ordering::SeqCst) != e)
+            .take(max_excluded + 1)
+            .collect();
+        (excluded.len() <= max_excluded).then_some(Cover {
+            counted,
+            top,
+            excluded,
+        })
+    }
+
+    /// The commit of a cover with this `counted` is durable.
+    #[inline]
+    pub fn publish_durable(&self, counted: u64) {
+        self.durable_finished.fetch_max(counted, Ordering::SeqCst);
+    }
+}

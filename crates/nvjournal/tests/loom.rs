@@ -1,0 +1,205 @@
+//! Loom model of the journal's lock-free protocol (`ptsd_nvjournal::protocol`,
+//! the code the journal runs): slot claim (one atomic add) → claimed →
+//! staged/aborted, `last_check`, per-transaction epochs with done marks, and
+//! a commit's cover + `commit_ts` snapshot + wait over the rings.
+//!
+//! Run with (scripts/test does, bounded):
+//! `RUSTFLAGS="--cfg loom" cargo test -p ptsd-nvjournal --test loom --release`
+//! `LOOM_MAX_PREEMPTIONS` overrides the preemption bound (default 3).
+//!
+//! The slot's bytes are a loom `UnsafeCell`, so loom also checks that a
+//! stager owns its slot exclusively between the claim and the publication,
+//! and that a commit only ever reads slots whose writes happened before.
+#![cfg(loom)]
+
+use loom::cell::UnsafeCell;
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+use ptsd_nvjournal::protocol::{Cover, Epochs, Ordering, Ring};
+
+const SLOTS: u64 = 4;
+
+/// The bytes a stager writes into its slot for `epoch`.
+fn marker(epoch: u64) -> u64 {
+    0xC0DE_0000 + epoch
+}
+
+struct Model {
+    ring: Ring,
+    epochs: Epochs,
+    /// One slot's payload per ring slot.
+    payload: Vec<UnsafeCell<u64>>,
+    /// Every cover made durable, in order.
+    published: Mutex<Vec<Cover>>,
+}
+
+// SAFETY (test only): the cells are accessed only through loom's
+// `with`/`with_mut`, which check every access for races.
+unsafe impl Sync for Model {}
+
+impl Model {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            ring: Ring::new(SLOTS, 0),
+            epochs: Epochs::new(1, 8),
+            payload: (0..SLOTS).map(|_| UnsafeCell::new(0)).collect(),
+            published: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A transaction staging one block, then finishing (or aborting).
+    fn transaction(&self, block: u64, finish: bool) -> (u64, u64) {
+        let epoch = self.epochs.begin();
+        let pos = self.ring.claim();
+        self.ring.publish_claim(pos, block, epoch);
+        // The slot is ours alone: a plain write (loom flags any race).
+        self.payload[(pos % SLOTS) as usize].with_mut(|p| unsafe { *p = marker(epoch) });
+        if finish {
+            self.ring.publish_staged(pos);
+            self.epochs.finish(epoch, true);
+        } else {
+            self.ring.publish_aborted(pos);
+            self.epochs.abort(epoch);
+        }
+        (epoch, pos)
+    }
+
+    /// One commit as the journal does it: read what it covers, snapshot the
+    /// head (`commit_ts`), wait until the ring has passed it, then check
+    /// every covered slot below the head: staged, and its bytes complete.
+    fn commit(&self) -> (Cover, u64) {
+        let cover = loop {
+            if let Some(c) = self.epochs.cover(8) {
+                break c;
+            }
+            thread::yield_now();
+        };
+        let head = self.ring.head.load(Ordering::SeqCst);
+        let mut j = self.ring.scan_start();
+        loop {
+            j = self.ring.scan_passed(j, head, |e| cover.covers(e));
+            if j >= head {
+                break;
+            }
+            thread::yield_now();
+        }
+        for pos in 0..head {
+            let slot = self.ring.slot(pos);
+            let epoch = slot.epoch.load(Ordering::Relaxed);
+            if self.ring.is_staged(pos) && cover.covers(epoch) {
+                let bytes = self.payload[(pos % SLOTS) as usize].with(|p| unsafe { *p });
+                assert_eq!(bytes, marker(epoch), "covered slot {pos} incomplete");
+            }
+        }
+        self.published.lock().unwrap().push(cover.clone());
+        self.epochs.publish_durable(cover.counted);
+        (cover, head)
+    }
+}
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b
+}
+
+/// Two transactions stage concurrently while a commit runs: the commit
+/// covers every transaction it counted as finished, every covered slot is
+/// below its snapshot and completely written, and an open transaction is
+/// excluded rather than waited for.
+#[test]
+fn commit_covers_exactly_the_finished_transactions() {
+    builder().check(|| {
+        let m = Model::new();
+        let stagers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let m = m.clone();
+                thread::spawn(move || m.transaction(t, true))
+            })
+            .collect();
+        let committer = {
+            let m = m.clone();
+            thread::spawn(move || m.commit())
+        };
+        let txs: Vec<(u64, u64)> = stagers.into_iter().map(|h| h.join().unwrap()).collect();
+        let (cover, head) = committer.join().unwrap();
+        let covered: Vec<&(u64, u64)> = txs.iter().filter(|(e, _)| cover.covers(*e)).collect();
+        // Every transaction counted is covered (they are the only ones that
+        // finish here, so the count bounds the covered ones from below).
+        assert!(covered.len() as u64 >= cover.counted, "{cover:?}");
+        for (_, pos) in covered {
+            assert!(*pos < head, "covered slot {pos} above the snapshot {head}");
+        }
+        // After everything finished, a new commit covers both.
+        let (all, _) = m.commit();
+        assert!(txs.iter().all(|(e, _)| all.covers(*e)), "{all:?}");
+        assert_eq!(all.counted, 2);
+    });
+}
+
+/// An aborted transaction's slot is passed by the commit (never waited
+/// for) and never read as covered data; a finished one beside it is.
+#[test]
+fn aborted_slot_is_passed_and_never_covered_as_staged() {
+    builder().check(|| {
+        let m = Model::new();
+        let finished = {
+            let m = m.clone();
+            thread::spawn(move || m.transaction(0, true))
+        };
+        let aborted = {
+            let m = m.clone();
+            thread::spawn(move || m.transaction(1, false))
+        };
+        let committer = {
+            let m = m.clone();
+            thread::spawn(move || m.commit())
+        };
+        let (fe, fpos) = finished.join().unwrap();
+        let (_, apos) = aborted.join().unwrap();
+        let (cover, head) = committer.join().unwrap();
+        if cover.counted == 1 {
+            assert!(cover.covers(fe) && fpos < head, "{cover:?} head {head}");
+        }
+        assert!(!m.ring.is_staged(apos));
+        // The commit worker's step passes both slots once they are done.
+        m.ring.advance_last_check();
+        assert_eq!(m.ring.last_check.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// Group commit: a caller whose `finished` count a durable commit has
+/// reached returns without committing, and that commit covers its
+/// transaction; otherwise it commits itself.
+#[test]
+fn group_commit_returns_only_when_covered() {
+    builder().check(|| {
+        let m = Model::new();
+        let threads: Vec<_> = (0..2u64)
+            .map(|t| {
+                let m = m.clone();
+                thread::spawn(move || {
+                    let (e, pos) = m.transaction(t, true);
+                    // `Journal::commit`: read the count, share if covered.
+                    let fin = m.epochs.finished();
+                    if m.epochs.is_durable(fin) {
+                        let published = m.published.lock().unwrap();
+                        let c = published
+                            .iter()
+                            .find(|c| c.counted >= fin)
+                            .expect("a durable cover reached the count");
+                        assert!(c.covers(e), "shared commit {c:?} misses epoch {e}");
+                    } else {
+                        let (c, head) = m.commit();
+                        assert!(c.covers(e) && pos < head, "{c:?} head {head}");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+}
