@@ -872,9 +872,9 @@ impl Inner {
         }
         let high = self.high_water_slots();
         let over = || {
-            self.parts
-                .iter()
-                .any(|p| p.ring.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high)
+            self.parts.iter().any(|p| {
+                p.ring.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high
+            })
         };
         if !over() {
             self.high_water.store(false, Ordering::Relaxed);
@@ -1135,8 +1135,7 @@ impl Inner {
             // Commit what is finished (a commit never waits for open
             // transactions: a stager waiting for ring space may be one).
             let fin = self.epochs.finished();
-            if !self.epochs.is_durable(fin) && self.commit_covering(fin).is_err()
-            {
+            if !self.epochs.is_durable(fin) && self.commit_covering(fin).is_err() {
                 continue;
             }
             self.request_checkpoint();
