@@ -292,9 +292,62 @@ fn handoff_queue_only(mode: LockMode, total: u64) -> Duration {
     process_cpu_time() - cpu0
 }
 
+/// Round-trip latencies (ns, sorted) of `n` single 4 KiB reads, one
+/// queue, the target's threads polling or sleeping, the client sleeping.
+fn qd1_latencies(poll: bool, n: usize) -> Vec<u64> {
+    let backend = DirectBackend::new(MemDevice::new(BS, BLOCKS).unwrap(), SchedKind::ReadPriority);
+    let config = EngineConfig {
+        queues: 1,
+        depth: 1,
+        max_io_bytes: BS,
+        lock_mode: LockMode::Swap,
+        poll,
+    };
+    let (engine, shared) = Engine::new(Box::new(backend), config, Clock::wall());
+    let worker = engine.spawn().unwrap();
+    let (mut queue, handle) = fake_queue(1, BS as usize, true);
+    shared.set_waker(0, queue.waker());
+    let s = shared.clone();
+    let server = std::thread::spawn(move || {
+        let mut side = QueueSide::new(s, 0);
+        serve(&mut queue, &mut side);
+    });
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let t = Instant::now();
+        handle
+            .submit(0, RawDesc::new(op::READ, (i * 131 % BLOCKS) * 8, 8), None)
+            .unwrap();
+        while handle
+            .wait_completions(1, Duration::from_secs(10))
+            .is_empty()
+        {}
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    handle.close();
+    server.join().unwrap();
+    shared.stop();
+    worker.join().unwrap();
+    lat.sort_unstable();
+    lat
+}
+
 /// One request at a time (QD 1): round-trip latency, the target's threads
-/// polling vs sleeping. Wall time, so it needs idle cores to mean much.
+/// polling vs sleeping. Wall time, so it needs idle cores to mean much;
+/// the median (printed) is less disturbed by preemption than the mean.
 fn qd1(c: &mut Criterion) {
+    for poll in [true, false] {
+        let lat = qd1_latencies(poll, 20_000);
+        let q = |f: f64| lat[((lat.len() - 1) as f64 * f) as usize] as f64 / 1e3;
+        eprintln!(
+            "qd1 {}: round trip p50 {:.1} us, p90 {:.1} us, p99 {:.1} us ({} requests)",
+            if poll { "poll" } else { "sleep" },
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            lat.len()
+        );
+    }
     let mut g = c.benchmark_group("qd1");
     g.sample_size(10);
     let n = 2000u64;
