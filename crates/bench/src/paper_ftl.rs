@@ -14,8 +14,11 @@
 //!    and the buffer flushes the read-priority scheduler defers only show
 //!    when reads and writes interleave.
 //!
-//! Each phase is reported separately; the five devices run in parallel
-//! threads.
+//! Phases 3 and 4 each start from the state preconditioning (1 and 2) left:
+//! the device is saved after phase 2 and restored before phase 4, so the
+//! mixed phase does not inherit the cache contents (or DFTL's write-backs)
+//! of the read phase. Each phase is reported separately; the five devices
+//! run in parallel threads.
 //!
 //! ```
 //! use ptsd_bench::paper_ftl::{run, PaperOptions};
@@ -202,6 +205,10 @@ impl PaperOptions {
         Ok(())
     }
 
+    /// How many of [`phases`](Self::phases) are preconditioning: every
+    /// later phase starts from the state they leave.
+    pub const PRECONDITION_PHASES: usize = 2;
+
     /// The phases every variant runs, in order.
     pub fn phases(&self) -> Vec<(String, WorkloadSpec)> {
         let pages = self.logical_bytes() / 4096;
@@ -287,7 +294,22 @@ pub fn run_variant(
         progress(before.load(Ordering::Relaxed) + p.completed, total);
     });
     let mut phases = Vec::new();
-    for (phase_name, spec) in opts.phases() {
+    let all = opts.phases();
+    let last = all.len() - 1;
+    let mut preconditioned = None;
+    for (k, (phase_name, spec)) in all.into_iter().enumerate() {
+        if k == PaperOptions::PRECONDITION_PHASES && k < last {
+            preconditioned = sim.checkpoint();
+        } else if k > PaperOptions::PRECONDITION_PHASES {
+            // Back to the preconditioned device (and clock).
+            let saved = preconditioned.take().ok_or_else(|| {
+                PaperError::Options("the device cannot be saved between phases".into())
+            })?;
+            sim.restore(saved);
+            if k < last {
+                preconditioned = sim.checkpoint();
+            }
+        }
         let mut workload = spec
             .build()
             .map_err(|e| PaperError::Options(format!("{phase_name}: {e}")))?;
@@ -464,5 +486,39 @@ impl PaperReport {
             written.push(path);
         }
         Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mixed phase runs on the device exactly as preconditioning left
+    /// it: the same as running it right after preconditioning, with no read
+    /// phase in between.
+    #[test]
+    fn mixed_phase_starts_from_the_preconditioned_device() {
+        let opts = PaperOptions::tiny();
+        for variant in [Variant::Dftl, Variant::WriteOpt] {
+            let report = run_variant(&opts, variant, &|_, _| {}).unwrap();
+            let mut sim = Simulator::new(Ssd::new(opts.config(variant)).unwrap());
+            let phases = opts.phases();
+            let direct: Vec<_> = [0, 1, 3]
+                .iter()
+                .map(|&k| {
+                    let (name, spec) = &phases[k];
+                    let mut w = spec.build().unwrap();
+                    sim.run_closed(name, &mut w, opts.qd).unwrap()
+                })
+                .collect();
+            let mixed = &report.phases[3];
+            let want = &direct[2];
+            assert_eq!(mixed.name, want.name);
+            assert_eq!(mixed.device, want.device, "{}", variant.name());
+            assert_eq!(mixed.read_cdf, want.read_cdf, "{}", variant.name());
+            assert_eq!(mixed.write_cdf, want.write_cdf, "{}", variant.name());
+            // The read phase before it did run (and DFTL's reads wrote).
+            assert!(report.phases[2].device.host_read_pages > 0);
+        }
     }
 }

@@ -81,6 +81,14 @@ impl<T: Pod> DerefMut for BigVec<T> {
     }
 }
 
+impl<T: Pod> Clone for BigVec<T> {
+    fn clone(&self) -> Self {
+        let mut copy = BigVec::filled(self.len(), T::zeroed());
+        copy.copy_from_slice(self);
+        copy
+    }
+}
+
 impl<T: Pod + std::fmt::Debug> std::fmt::Debug for BigVec<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "BigVec[{}]", self.len())

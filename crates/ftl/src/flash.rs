@@ -36,7 +36,7 @@ impl Stream {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Flash {
     pub ppb: u32,
     pub blocks_per_chip: u32,

@@ -43,6 +43,8 @@ pub(crate) trait MapCache: Send {
     /// random (a hint before a batch of updates).
     #[inline]
     fn prefetch(&self, _lpn: u32) {}
+    /// An independent copy (a snapshot of the device).
+    fn clone_box(&self) -> Box<dyn MapCache>;
     /// Whether this scheme keeps mapping pages on flash at all.
     fn uses_map_pages(&self) -> bool {
         true
@@ -198,11 +200,15 @@ impl Lists {
 }
 
 /// The page FTL: the whole map is in DRAM; nothing to do.
+#[derive(Clone)]
 struct PageMap {
     bytes: u64,
 }
 
 impl MapCache for PageMap {
+    fn clone_box(&self) -> Box<dyn MapCache> {
+        Box::new(self.clone())
+    }
     fn read(&mut self, _: u32, _: u32, _: &mut Vec<MapAction>) -> bool {
         true
     }
@@ -221,6 +227,7 @@ impl MapCache for PageMap {
 
 /// DFTL: whole mapping pages in one LRU. A miss evicts the LRU page,
 /// writing it back first if dirty, whoever (read or write) caused the miss.
+#[derive(Clone)]
 struct Dftl {
     state: Vec<u8>,
     lru: Lists,
@@ -261,6 +268,9 @@ impl Dftl {
 }
 
 impl MapCache for Dftl {
+    fn clone_box(&self) -> Box<dyn MapCache> {
+        Box::new(self.clone())
+    }
     fn read(&mut self, _: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
         self.access(mpn, false, acts)
     }
@@ -296,6 +306,7 @@ impl MapCache for Dftl {
 }
 
 /// How PTSD splits its cache budget, and the optional adaptive controller.
+#[derive(Clone)]
 struct Split {
     cmt_bytes: u64,
     page_bytes: u64,
@@ -335,6 +346,7 @@ impl Split {
 /// clean share stays within [10 %, 90 %]. Shrinking the clean region just
 /// drops clean pages; shrinking the dirty region takes effect at the next
 /// write, so a read still never programs flash.
+#[derive(Clone)]
 struct Adaptive {
     t_read: u64,
     t_prog: u64,
@@ -381,6 +393,7 @@ impl Adaptive {
 }
 
 /// PTSD with a page-granular dirty region (PART, PART-SCHED).
+#[derive(Clone)]
 struct PtsdPage {
     state: Vec<u8>,
     /// List 0 = clean region, list 1 = dirty region.
@@ -427,6 +440,9 @@ impl PtsdPage {
 }
 
 impl MapCache for PtsdPage {
+    fn clone_box(&self) -> Box<dyn MapCache> {
+        Box::new(self.clone())
+    }
     fn read(&mut self, _: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
         match self.state[mpn as usize] {
             CLEAN => {
@@ -512,6 +528,7 @@ impl MapCache for PtsdPage {
 /// PTSD with an entry-granular dirty region (WRITEOPT): dirty entries are
 /// kept per LPN, grouped by mapping page in buckets by count so the page
 /// with the most dirty entries is found in O(1).
+#[derive(Clone)]
 struct PtsdEntry {
     state: Vec<u8>,
     clean: Lists,
@@ -604,6 +621,9 @@ impl PtsdEntry {
 }
 
 impl MapCache for PtsdEntry {
+    fn clone_box(&self) -> Box<dyn MapCache> {
+        Box::new(self.clone())
+    }
     #[inline]
     fn prefetch(&self, lpn: u32) {
         if let Some(w) = self.dirty_bits.get((lpn >> 6) as usize) {

@@ -58,6 +58,21 @@ pub trait SimDevice {
     fn fault(&self) -> Option<String> {
         None
     }
+    /// An independent copy of the device in its current state, if it can
+    /// be copied (see [`Simulator::checkpoint`]).
+    fn try_clone(&self) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
+}
+
+/// A device state and the virtual time it was saved at, to run several
+/// phases from the same starting point ([`Simulator::checkpoint`]).
+pub struct Checkpoint<D> {
+    device: D,
+    now_ns: u64,
 }
 
 /// A simulation could not go on.
@@ -286,6 +301,22 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
     /// The virtual clock: the last phase's last completion.
     pub fn now_ns(&self) -> u64 {
         self.now_ns
+    }
+
+    /// Save the device and the clock (between phases), if the device can
+    /// be copied.
+    pub fn checkpoint(&self) -> Option<Checkpoint<D>> {
+        Some(Checkpoint {
+            device: self.device.try_clone()?,
+            now_ns: self.now_ns,
+        })
+    }
+
+    /// Go back to a saved state: the next phase starts where the saved one
+    /// would have.
+    pub fn restore(&mut self, saved: Checkpoint<D>) {
+        self.device = saved.device;
+        self.now_ns = saved.now_ns;
     }
 
     fn submit(&mut self, at_ns: u64, req: Request, phase: &mut PhaseState) -> Result<(), SimError> {

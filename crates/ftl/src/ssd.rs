@@ -28,7 +28,7 @@ pub(crate) const IN_BUFFER: u32 = 1 << 31;
 /// A timing-only simulation passes `None` (nothing is allocated); a device
 /// that holds data passes the bytes to write, or a buffer to read into
 /// (its length must be `pages * page_size`).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub enum Payload {
     #[default]
     None,
@@ -38,7 +38,7 @@ pub enum Payload {
 
 /// A finished request. For reads with a `Payload::Read` buffer, the payload
 /// comes back filled; a write's buffer comes back too, for reuse.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Done {
     pub completion: Completion,
     pub payload: Payload,
@@ -54,6 +54,7 @@ pub(crate) enum Cause {
     Checkpoint,
 }
 
+#[derive(Clone)]
 struct Queued {
     req: Request,
     submit_ns: u64,
@@ -70,6 +71,7 @@ enum Pick {
 
 /// The write buffer: LPNs (and their data if the store keeps data) waiting
 /// to be programmed, plus the flash page each one replaces.
+#[derive(Clone)]
 struct WriteBuffer {
     lpn: Vec<u32>,
     prev: Vec<u32>,
@@ -141,7 +143,8 @@ pub struct Ssd {
     arrival: u64,
     slots: Vec<Option<Done>>,
     free_slots: Vec<u32>,
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Requests in service by completion time, then slot: `time << 32 | slot`.
+    heap: BinaryHeap<Reverse<u128>>,
 
     write_stop: bool,
     held: Option<(Queued, u64)>,
@@ -287,6 +290,57 @@ impl Ssd {
         }
     }
 
+    /// An independent copy of the whole device (to run several workloads
+    /// from one state); `None` if its store cannot be copied (a persistent
+    /// store).
+    pub fn try_clone(&self) -> Option<Ssd> {
+        Some(Ssd {
+            cfg: self.cfg.clone(),
+            g: self.g,
+            tl: self.tl.clone(),
+            flash: self.flash.clone(),
+            l2p: self.l2p.clone(),
+            gtd: self.gtd.clone(),
+            gtd_seq: self.gtd_seq.clone(),
+            cache: self.cache.clone_box(),
+            uses_map_pages: self.uses_map_pages,
+            buf: self.buf.clone(),
+            store: self.store.try_clone()?,
+            has_data: self.has_data,
+            persistent: self.persistent,
+            reads: self.reads.clone(),
+            others: self.others.clone(),
+            arrival: self.arrival,
+            slots: self.slots.clone(),
+            free_slots: self.free_slots.clone(),
+            heap: self.heap.clone(),
+            write_stop: self.write_stop,
+            held: self.held.clone(),
+            ctrl_free: self.ctrl_free,
+            busy_until: self.busy_until,
+            flush_busy_until: self.flush_busy_until,
+            last_program_end: self.last_program_end,
+            horizon: self.horizon,
+            per_map_page: self.per_map_page,
+            host_rr: self.host_rr,
+            map_rr: self.map_rr,
+            gc_depth: self.gc_depth,
+            act_pool: self.act_pool.clone(),
+            moved: self.moved.clone(),
+            scratch: self.scratch.clone(),
+            serving_read: self.serving_read,
+            seq: self.seq,
+            trim_log: self.trim_log.clone(),
+            trim_pages: self.trim_pages.clone(),
+            stats: self.stats.clone(),
+            fault: self.fault.clone(),
+            map_stale: self.map_stale.clone(),
+            block_ready: self.block_ready.clone(),
+            sim_done: Vec::with_capacity(self.sim_done.capacity()),
+            advances: self.advances,
+        })
+    }
+
     /// Logical pages the host can address.
     pub fn logical_pages(&self) -> u64 {
         self.g.logical_pages
@@ -410,7 +464,7 @@ impl Ssd {
     /// The earliest time at which [`advance`](Self::advance) would do
     /// something: complete a request or dispatch one. `None` when idle.
     pub fn next_event(&self) -> Option<u64> {
-        let c = self.heap.peek().map(|Reverse((t, _))| *t);
+        let c = self.heap.peek().map(|&Reverse(k)| (k >> 32) as u64);
         let d = self.next_dispatch().map(|(t, _)| t);
         match (c, d) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -435,16 +489,17 @@ impl Ssd {
             if t > now_ns {
                 break;
             }
-            if let Some(&Reverse((c, _))) = self.heap.peek() {
-                if c <= t {
+            if let Some(&Reverse(k)) = self.heap.peek() {
+                if (k >> 32) as u64 <= t {
                     limit = t;
                     break;
                 }
             }
             self.dispatch(t, pick);
         }
-        while let Some(&Reverse((t, slot))) = self.heap.peek() {
-            if t > limit {
+        while let Some(&Reverse(k)) = self.heap.peek() {
+            let slot = k as u32;
+            if (k >> 32) as u64 > limit {
                 break;
             }
             self.heap.pop();
@@ -575,7 +630,8 @@ impl Ssd {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.heap.push(Reverse((done_ns, slot)));
+        self.heap
+            .push(Reverse(u128::from(done_ns) << 32 | u128::from(slot)));
     }
 
     // ---- host operations -------------------------------------------------
@@ -1029,7 +1085,9 @@ impl Ssd {
             }
             let mut moved = std::mem::take(&mut self.moved);
             moved.clear();
-            let mut copies_end = t;
+            // The copies follow one another on the chip (nothing else is
+            // placed meanwhile): place them all at once.
+            let copies_end = self.op_copybacks(chip, t, self.flash.valid[victim as usize]);
             let written = self.flash.wp[victim as usize];
             // The owners' map entries and cache state are random accesses:
             // fetch them a few pages ahead so that the misses overlap.
@@ -1056,7 +1114,6 @@ impl Ssd {
                         .ok_or(FtlError::NoSpace)?,
                     None => return Err(FtlError::NoSpace),
                 };
-                copies_end = copies_end.max(self.op_copyback(chip, t));
                 self.seq += 1;
                 if self.has_data {
                     let kind = if pool == POOL_DATA {
@@ -1268,10 +1325,15 @@ impl Ssd {
     }
 
     #[inline]
-    fn op_copyback(&mut self, chip: u32, t: u64) -> u64 {
+    fn op_copybacks(&mut self, chip: u32, t: u64, copies: u32) -> u64 {
         // (Copies go to the chip's open GC block, erased long before.)
-        let end = self.tl.copyback(chip, t);
-        self.note_program(end)
+        let end = self.tl.copybacks(chip, t, copies);
+        if self.serving_read {
+            self.stats.read_path_programs += u64::from(copies);
+        }
+        self.horizon = self.horizon.max(end);
+        self.last_program_end = self.last_program_end.max(end);
+        end
     }
 
     #[inline]
@@ -1380,5 +1442,9 @@ impl crate::sim::SimDevice for Ssd {
 
     fn page_size(&self) -> u32 {
         Ssd::page_size(self)
+    }
+
+    fn try_clone(&self) -> Option<Self> {
+        Ssd::try_clone(self)
     }
 }

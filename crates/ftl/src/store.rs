@@ -78,6 +78,11 @@ pub trait Store: Send {
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         None
     }
+    /// An independent copy of the whole store, if it can have one (not a
+    /// persistent store: its pages live on one device).
+    fn try_clone(&self) -> Option<Box<dyn Store>> {
+        None
+    }
 }
 
 /// Timing-only: keeps nothing.
@@ -98,10 +103,13 @@ impl Store for NoStore {
     fn erase(&mut self, _: u32, _: u32) -> Result<(), StoreError> {
         Ok(())
     }
+    fn try_clone(&self) -> Option<Box<dyn Store>> {
+        Some(Box::new(NoStore))
+    }
 }
 
 /// Pages in memory, allocated when first programmed and freed on erase.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct MemStore {
     pages: Vec<Option<Box<[u8]>>>,
 }
@@ -138,5 +146,8 @@ impl Store for MemStore {
             *p = None;
         }
         Ok(())
+    }
+    fn try_clone(&self) -> Option<Box<dyn Store>> {
+        Some(Box::new(self.clone()))
     }
 }

@@ -20,6 +20,11 @@ pub(crate) struct Intervals {
     busy: Vec<(u64, u64)>,
     head: usize,
     min_gap: u64,
+    /// End of the first live interval (`u64::MAX` if none) and of the last
+    /// (0 if none), kept here so that the common cases (nothing to prune,
+    /// append after everything) do not touch the list.
+    first_end: u64,
+    last_end: u64,
 }
 
 impl Default for Intervals {
@@ -35,6 +40,8 @@ impl Intervals {
             busy: Vec::new(),
             head: 0,
             min_gap: min_dur.max(1),
+            first_end: u64::MAX,
+            last_end: 0,
         }
     }
 
@@ -48,7 +55,7 @@ impl Intervals {
     /// `t >= now` skips them anyway.
     #[inline(always)]
     fn prune(&mut self, now: u64) {
-        if self.busy.get(self.head).is_none_or(|&(_, end)| end > now) {
+        if self.first_end > now {
             return;
         }
         let mut h = self.head;
@@ -59,7 +66,12 @@ impl Intervals {
         if live == 0 {
             self.busy.clear();
             self.head = 0;
-        } else if h >= 64 && h >= 2 * live {
+            self.first_end = u64::MAX;
+            self.last_end = 0;
+            return;
+        }
+        self.first_end = self.busy[h].1;
+        if h >= 64 && h >= 2 * live {
             // Drop most of the dead prefix, keep some room for inserts
             // near the front.
             let keep = live / 2 + 8;
@@ -107,18 +119,24 @@ impl Intervals {
     fn find(&self, t: u64, dur: u64) -> (u64, usize) {
         let n = self.busy.len();
         // Most reservations go after everything reserved so far.
-        if n == self.head || self.busy[n - 1].1 <= t {
+        if self.last_end <= t {
             return (t, n);
         }
-        // First interval that ends after `t`: near the end, usually.
-        let mut i = n - 1;
-        while i > self.head && self.busy[i - 1].1 > t {
-            if n - i >= 4 {
-                i = self.head + self.busy[self.head..i].partition_point(|&(_, end)| end <= t);
+        // First interval that ends after `t` (there is one): gallop from
+        // the front, where the intervals near `now` are.
+        let live = &self.busy[self.head..];
+        let mut lo = 0;
+        let mut hi = 1;
+        while live[lo].1 <= t {
+            if hi >= live.len() || live[hi].1 > t {
+                let hi = hi.min(live.len());
+                lo += 1 + live[lo + 1..hi].partition_point(|&(_, end)| end <= t);
                 break;
             }
-            i -= 1;
+            lo = hi;
+            hi = 2 * hi + 1;
         }
+        let mut i = self.head + lo;
         let mut start = t;
         while let Some(&(a, b)) = self.busy.get(i) {
             if start + dur <= a {
@@ -138,8 +156,25 @@ impl Intervals {
             return;
         }
         let end = start + dur;
+        let n = self.busy.len();
+        if i == n {
+            // After everything: no need to read the list.
+            if n > self.head && start - self.last_end < self.min_gap {
+                self.busy[n - 1].1 = end;
+            } else {
+                self.busy.push((start, end));
+            }
+            if n == self.head {
+                self.first_end = end;
+            } else if n == self.head + 1 {
+                self.first_end = self.busy[self.head].1;
+            }
+            self.last_end = end;
+            return;
+        }
+        let near_front = i <= self.head + 1;
         let join_prev = i > self.head && start - self.busy[i - 1].1 < self.min_gap;
-        let join_next = i < self.busy.len() && self.busy[i].0 - end < self.min_gap;
+        let join_next = self.busy[i].0 - end < self.min_gap;
         match (join_prev, join_next) {
             (true, true) => {
                 self.busy[i - 1].1 = self.busy[i].1;
@@ -149,15 +184,14 @@ impl Intervals {
             (false, true) => self.busy[i].0 = start,
             (false, false) => self.insert(i, (start, end)),
         }
+        if near_front {
+            self.first_end = self.busy[self.head].1;
+        }
     }
 
     /// When the last reservation ends (0 if none).
     fn last_end(&self) -> u64 {
-        if self.busy.len() > self.head {
-            self.busy[self.busy.len() - 1].1
-        } else {
-            0
-        }
+        self.last_end
     }
 
     /// Reserve `dur` ns at the earliest start `>= t`; returns the start.
@@ -269,10 +303,30 @@ impl Timeline {
         self.place(chip, t, 0, self.t_xfer, self.t_prog)
     }
 
-    /// Copy-back inside a chip (GC): read then program, no channel.
-    #[inline]
-    pub fn copyback(&mut self, chip: u32, t: u64) -> u64 {
-        self.place(chip, t, self.t_read + self.t_prog, 0, 0)
+    /// `copies` copy-backs inside a chip (GC: read then program, no
+    /// channel), each placed at the earliest gap from `t` in turn. Returns
+    /// when the last ends (`t` if none).
+    pub fn copybacks(&mut self, chip: u32, t: u64, copies: u32) -> u64 {
+        let dur = self.t_read + self.t_prog;
+        let chip = &mut self.chips[chip as usize];
+        chip.prune(self.now);
+        let mut from = t;
+        let mut end = t;
+        for placed in 0..copies {
+            // Gaps before the previous copy are too short for the next one:
+            // search from there.
+            let (start, at) = chip.find(from, dur);
+            if at == chip.busy.len() {
+                // Nothing after: the rest follow back to back.
+                let rest = dur * u64::from(copies - placed);
+                chip.reserve_at(at, start, rest);
+                return start + rest;
+            }
+            chip.reserve_at(at, start, dur);
+            from = start;
+            end = start + dur;
+        }
+        end
     }
 
     /// Block erase.
@@ -362,6 +416,40 @@ mod tests {
                 let dur = min + rng.gen_range(0..3) * min / 2;
                 let want = naive_reserve(&mut all, t, dur);
                 assert_eq!(iv.reserve(t, dur), want, "seed {seed} step {step}");
+                let live = iv.live();
+                assert_eq!(iv.first_end, live.first().map_or(u64::MAX, |x| x.1));
+                assert_eq!(iv.last_end, live.last().map_or(0, |x| x.1));
+            }
+        }
+    }
+
+    #[test]
+    fn batched_copybacks_equal_one_by_one() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..40u64 {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            let mut a = Timeline::new(2, 2, 100, 400, 3000, 10);
+            let mut b = a.clone();
+            let mut now = 0;
+            for _ in 0..300 {
+                now += rng.gen_range(0..200);
+                a.prune(now);
+                b.prune(now);
+                let chip = rng.gen_range(0..4);
+                let t = now + rng.gen_range(0..3000);
+                match rng.gen_range(0..4) {
+                    0 => assert_eq!(a.read(chip, t), b.read(chip, t)),
+                    1 => assert_eq!(a.program(chip, t), b.program(chip, t)),
+                    2 => assert_eq!(a.erase(chip, t), b.erase(chip, t)),
+                    _ => {
+                        let k = rng.gen_range(0..6);
+                        let one_by_one = (0..k)
+                            .map(|_| b.place(chip, t, 500, 0, 0))
+                            .max()
+                            .unwrap_or(t);
+                        assert_eq!(a.copybacks(chip, t, k), one_by_one, "seed {seed}");
+                    }
+                }
             }
         }
     }

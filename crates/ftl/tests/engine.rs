@@ -87,6 +87,20 @@ fn ptsd_never_programs_on_the_read_path_but_dftl_does() {
 }
 
 #[test]
+fn a_clone_goes_on_exactly_like_the_original() {
+    for v in Variant::ALL {
+        let mut ssd = Ssd::new(paper_small(v)).unwrap();
+        closed_loop(&mut ssd, 1, 40_000, 64, 0);
+        let mut copy = ssd.try_clone().unwrap();
+        let a = closed_loop(&mut ssd, 2, 30_000, 64, 70);
+        let b = closed_loop(&mut copy, 2, 30_000, 64, 70);
+        assert_eq!(a, b, "{}", v.name());
+        assert_eq!(ssd.stats(), copy.stats(), "{}", v.name());
+        copy.check_invariants().unwrap();
+    }
+}
+
+#[test]
 fn page_map_costs_four_bytes_per_page_and_caches_stay_in_budget() {
     let ssd = Ssd::new(paper_small(Variant::Page)).unwrap();
     assert_eq!(ssd.map_memory_bytes(), ssd.logical_pages() * 4);
