@@ -26,6 +26,9 @@ type Result<T> = std::result::Result<T, JournalError>;
 /// (it was 1 ms) cost four wake-ups per millisecond, a tenth of the file
 /// system's CPU time on a busy 2-CPU machine, for nothing a commit needs.
 const COMMIT_WORKER_NAP: Duration = Duration::from_millis(10);
+/// A commit worker that passed at least this many slots in one step naps a
+/// tenth of [`COMMIT_WORKER_NAP`]: committers are not keeping up with it.
+const COMMIT_WORKER_BUSY: u64 = 256;
 
 /// Which journal design runs behind the common API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +159,7 @@ struct Partition {
     start: u64,
     journal_reads: Padded<AtomicU64>,
     /// Newest finished version of each block in this ring: block -> pos.
-    index: RwLock<HashMap<u64, u64>>,
+    index: Padded<RwLock<HashMap<u64, u64>>>,
     /// Positions claimed past the ring's capacity by stages that gave up
     /// (`JournalError::Full`); marked aborted once the ring has room.
     holes: Mutex<Vec<u64>>,
@@ -171,7 +174,7 @@ impl Partition {
             tail: Padded(AtomicU64::new(start)),
             start,
             journal_reads: Padded::default(),
-            index: RwLock::new(HashMap::default()),
+            index: Padded(RwLock::new(HashMap::default())),
             holes: Mutex::new(Vec::new()),
             ckpt_result: Mutex::new((start, Vec::new())),
         }
@@ -230,12 +233,14 @@ pub(crate) struct Inner {
     epochs: Epochs,
     aborted: Padded<AtomicU64>,
 
-    commit_lock: Mutex<()>,
+    // Fields written on every commit get cache lines of their own, away
+    // from the read-mostly flags every stage reads (`status`, `shutdown`).
+    commit_lock: Padded<Mutex<()>>,
     /// The baseline's journal-wide lock (None when partitioned).
-    global_lock: Option<Mutex<()>>,
-    durable: Mutex<Durable>,
-    commits: AtomicU64,
-    shared_commits: AtomicU64,
+    global_lock: Padded<Option<Mutex<()>>>,
+    durable: Padded<Mutex<Durable>>,
+    commits: Padded<AtomicU64>,
+    shared_commits: Padded<AtomicU64>,
 
     ckpt: Mutex<CkptState>,
     ckpt_cv: Condvar,
@@ -248,7 +253,7 @@ pub(crate) struct Inner {
     abandoned: AtomicU64,
     /// Some ring passed the high-water mark (a hint for `begin`).
     high_water: AtomicBool,
-    device_reads: AtomicU64,
+    device_reads: Padded<AtomicU64>,
 
     space_lock: Mutex<()>,
     space_cv: Condvar,
@@ -413,17 +418,17 @@ impl Journal {
             fill_threshold,
             epochs: Epochs::new(rec.epoch + 1, EPOCH_RING),
             aborted: Padded::default(),
-            commit_lock: Mutex::new(()),
-            global_lock: (cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(())),
-            durable: Mutex::new(Durable {
+            commit_lock: Padded(Mutex::new(())),
+            global_lock: Padded((cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(()))),
+            durable: Padded(Mutex::new(Durable {
                 seq: rec.seq,
                 epoch: rec.epoch,
                 excluded: rec.excluded.clone(),
                 heads: rec.heads.clone(),
                 tails: rec.tails.clone(),
-            }),
-            commits: AtomicU64::new(0),
-            shared_commits: AtomicU64::new(0),
+            })),
+            commits: Padded::default(),
+            shared_commits: Padded::default(),
             ckpt: Mutex::new(CkptState::default()),
             ckpt_cv: Condvar::new(),
             ckpt_done_cv: Condvar::new(),
@@ -433,7 +438,7 @@ impl Journal {
             backpressure_waits: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             high_water: AtomicBool::new(false),
-            device_reads: AtomicU64::new(0),
+            device_reads: Padded::default(),
             space_lock: Mutex::new(()),
             space_cv: Condvar::new(),
             trigger: Mutex::new(false),
@@ -934,7 +939,7 @@ impl Inner {
     }
 
     /// Advance partition `p`'s `last_check` over staged/aborted slots.
-    fn advance_last_check(&self, p: usize) -> bool {
+    fn advance_last_check(&self, p: usize) -> u64 {
         self.parts[p].ring.advance_last_check()
     }
 
@@ -975,13 +980,18 @@ impl Inner {
     /// over flagged slots in the background, so that committers find it
     /// near the head. Committers advance it too when they find it behind,
     /// so a commit never waits for this thread to wake up, and the worker
-    /// naps [`COMMIT_WORKER_NAP`] when idle, leaving the cores to the
-    /// stagers.
+    /// naps [`COMMIT_WORKER_NAP`] unless it found much to do, leaving the
+    /// cores to the stagers.
     fn commit_worker(&self, p: usize) {
         while !self.shutdown.load(Ordering::Relaxed) {
-            if !self.advance_last_check(p) {
-                std::thread::park_timeout(COMMIT_WORKER_NAP);
-            }
+            // Far behind (stages without commits): come back soon, so that
+            // the next commit does not scan thousands of slots itself.
+            let passed = self.advance_last_check(p);
+            std::thread::park_timeout(if passed >= COMMIT_WORKER_BUSY {
+                COMMIT_WORKER_NAP / 10
+            } else {
+                COMMIT_WORKER_NAP
+            });
         }
     }
 

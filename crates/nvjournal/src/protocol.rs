@@ -130,8 +130,8 @@ impl Ring {
     }
 
     /// Advance `last_check` over staged/aborted slots (the commit worker's
-    /// step; committers call it too). True if it moved.
-    pub fn advance_last_check(&self) -> bool {
+    /// step; committers call it too). Returns how many slots it passed.
+    pub fn advance_last_check(&self) -> u64 {
         let start = self.last_check.load(Ordering::Acquire);
         let mut j = start;
         loop {
@@ -143,10 +143,8 @@ impl Ring {
         }
         if j > start {
             self.last_check.fetch_max(j, Ordering::AcqRel);
-            true
-        } else {
-            false
         }
+        j - start
     }
 
     /// For a commit: has position `j` passed — staged, aborted, or claimed
