@@ -66,7 +66,7 @@ if [ ! -x "$fdir/root/usr/bin/fio" ]; then
     rm -rf "$fdir" && mkdir -p "$fdir/debs"
     missing=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
             --no-breaks --no-replaces --no-enhances --no-pre-depends fio 2>/dev/null \
-        | grep '^lib' | sort -u | while read -r p; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+        | grep -E '^(lib|zlib)' | sort -u | while read -r p; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
     (cd "$fdir/debs" && apt-get download -q fio $missing >/dev/null 2>&1 || apt-get download fio $missing)
     for deb in "$fdir"/debs/*.deb; do dpkg-deb -x "$deb" "$fdir/root"; done
     rm -rf "$fdir/debs"
