@@ -83,10 +83,10 @@ exercise() { # LABEL full|quick ADD-ARGS...
     fi
     result "$label-add" PASS "$dev"
     id=$(dev_id "$dev")
-    check "$label-dd" dd_roundtrip "$dev" 8
+    check "$label-dd" dd_roundtrip "$dev" "$([ "$level" = full ] && echo 8 || echo 4)"
     fig "$label $(cat /tmp/dd.fig 2>/dev/null)"
     [ "$level" = full ] && check "$label-ext4" ext4_cycle "$dev"
-    check "$label-verify" ptsd ublk verify "$dev" --ops "$([ "$level" = full ] && echo 80 || echo 40)" --seed 7 --span 32M
+    check "$label-verify" ptsd ublk verify "$dev" --ops "$([ "$level" = full ] && echo 50 || echo 25)" --seed 7 --span 32M
     fig "$label $(grep -o 'read_p50_us=[0-9.]* read_p99_us=[0-9.]* write_p50_us=[0-9.]*' /tmp/check.out)"
     # The daemon publishes its stats every second; dd and verify took longer.
     check "$label-stats" sh -c "ptsd ublk stats $id | grep -q '\"read\"'"
@@ -114,14 +114,14 @@ stack() {
     ptsd mount --device "$dev" $jargs /mnt/p || return 1
     mkdir -p /mnt/p/d || return 1
     t0=$(up); i=0
-    while [ $i -lt 40 ]; do
+    while [ $i -lt 30 ]; do
         dd if=/dev/urandom of=/mnt/p/d/f$i bs=4k count=$((i % 8 + 1)) conv=fsync 2>/dev/null || return 1
         dd if=/dev/urandom of=/mnt/p/log bs=512 count=1 oflag=append conv=notrunc,fsync 2>/dev/null || return 1
         i=$((i + 1))
     done
     t1=$(up)
     (cd /mnt/p && md5sum log d/*) > /tmp/stack.sums || return 1
-    echo "fsync-workload 80 fsyncs in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s" > /tmp/stack.fig
+    echo "fsync-workload 60 fsyncs in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s" > /tmp/stack.fig
     # Crash the file system's daemon: only the journal holds the last writes.
     kill -9 "$(cat /run/ptsd/*.pid)" || return 1
     sleep 0.3
@@ -140,7 +140,7 @@ stack() {
 fio_verify() { # ADD-ARGS...
     dev=$(ptsd ublk add --daemon "$@") || return 1
     fio --name=verify --filename="$dev" --direct=1 --ioengine=libaio --iodepth=8 \
-        --rw=randrw --bs=4k --size=8M --verify=crc32c --verify_fatal=1 --randseed=7 \
+        --rw=randrw --bs=4k --size=4M --verify=crc32c --verify_fatal=1 --randseed=7 \
         --minimal > /tmp/fio.out || { cat /tmp/fio.out; return 1; }
     # Terse fields 5 and 6: error code, read KiB.
     [ "$(cut -d';' -f5 /tmp/fio.out)" = 0 ] || { echo "fio error"; return 1; }
@@ -198,7 +198,8 @@ exercise ftl-page quick --ftl page --size 128M --no-poll
 # (model: tR 120 us + transfer 10 us = 130 us per read) and off (the VM's
 # and the target's own overhead), a ublk RAM disk, and a kernel RAM disk
 # (brd: no userspace in the path). One fio start (loading its libraries
-# takes seconds under TCG) runs the devices in turn, three rounds; the
+# takes seconds under TCG) runs the devices in turn, three rounds (the
+# kernel RAM disk one); the
 # guest reports each round's median and the smallest median per device
 # (the round least disturbed by the busy host), plus the target-side
 # median from the daemons' histograms.
@@ -211,8 +212,11 @@ latency_figures() {
         --name=fill-emulate --filename="$dev_e" --rw=write --bs=1M \
         --name=fill-off --filename="$dev_o" --rw=write --bs=1M \
         --name=fill-mem --filename="$dev_m" --rw=write --bs=1M
+    # The kernel RAM disk's figure is steady: one round is enough.
+    set -- "$@" --name=kernel-ramdisk --filename=/dev/ram0 --stonewall \
+        --ioengine=psync --rw=randread --bs=4k --runtime=1 --time_based
     for r in 1 2 3; do
-        for d in emulate:"$dev_e" off:"$dev_o" mem:"$dev_m" kernel-ramdisk:/dev/ram0; do
+        for d in emulate:"$dev_e" off:"$dev_o" mem:"$dev_m"; do
             set -- "$@" --name="${d%%:*}" --filename="${d#*:}" --stonewall \
                 --ioengine=psync --rw=randread --bs=4k --runtime=2 --time_based
         done
@@ -267,4 +271,4 @@ recovery() {
 }
 check recovery recovery
 
-check del-all sh -c 'ptsd ublk add --daemon --size 16M >/dev/null && ptsd ublk add --daemon --size 16M >/dev/null && ptsd ublk del --all && sleep 0.5 && ! ls /dev/ublkb* 2>/dev/null'
+check del-all sh -c 'ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk del --all && sleep 0.5 && ! ls /dev/ublkb* 2>/dev/null'
