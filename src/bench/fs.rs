@@ -107,6 +107,12 @@ pub struct FsArgs {
     /// Print the report as JSON on stdout (progress still on stderr).
     #[arg(long)]
     json: bool,
+    /// Run the whole list of targets this many times, interleaved (ext4,
+    /// host, noop, ptsd, ext4, host, …); ratios compare each target's
+    /// median, so a burst of load from elsewhere moves one row, not the
+    /// verdict.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Seconds to wait for the spawned ptsd mount to appear.
     #[arg(long, default_value_t = 60)]
     mount_timeout: u64,
@@ -206,6 +212,13 @@ pub fn run(a: FsArgs) -> Result<()> {
                 }
             },
         });
+    }
+    if a.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    let once = targets.clone();
+    for _ in 1..a.rounds {
+        targets.extend(once.iter().cloned());
     }
     for d in &a.dirs {
         let Some((name, path)) = d.split_once('=') else {

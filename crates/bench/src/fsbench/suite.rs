@@ -295,22 +295,42 @@ pub fn run_suite(
     }
 }
 
-fn varmail_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
-    reports
-        .iter()
-        .find(|r| r.name == name)?
-        .varmail
-        .as_ref()
-        .map(|v| v.ops_per_sec)
+/// Median of the values (mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
+/// A target's varmail-like ops/s: the median over its rows (a target
+/// listed several times, e.g. with `--rounds`, is measured several times
+/// and compared by its median, so one disturbed run does not decide).
+fn varmail_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
+    median(
+        reports
+            .iter()
+            .filter(|r| r.name == name)
+            .filter_map(|r| r.varmail.as_ref().map(|v| v.ops_per_sec))
+            .collect(),
+    )
+}
+
+/// A target's tokubench-like files/s: the median over its rows.
 fn toku_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
-    reports
-        .iter()
-        .find(|r| r.name == name)?
-        .tokubench
-        .as_ref()
-        .map(|t| t.files_per_sec)
+    median(
+        reports
+            .iter()
+            .filter(|r| r.name == name)
+            .filter_map(|r| r.tokubench.as_ref().map(|t| t.files_per_sec))
+            .collect(),
+    )
 }
 
 fn ratios(reports: &[TargetReport]) -> Vec<Ratio> {
