@@ -245,6 +245,11 @@ pub fn run_suite(
     let mut reports = Vec::new();
     for spec in targets {
         let name = spec.name().to_string();
+        // Start every target with nothing left to write back from the one
+        // before (ext4's image, host-fs's files): otherwise the kernel's
+        // flusher competes with whichever target comes next.
+        // SAFETY: sync(2) has no preconditions.
+        unsafe { libc::sync() };
         progress(&format!("[{name}] setting up"));
         let mut report = TargetReport {
             name: name.clone(),
