@@ -42,6 +42,9 @@ struct NoopMountArgs {
     /// Mount without `default_permissions`.
     #[arg(long)]
     no_default_permissions: bool,
+    /// Answer FLUSH with ENOSYS (the kernel then stops sending it).
+    #[arg(long)]
+    flush_enosys: bool,
     /// Where to mount.
     dir: std::path::PathBuf,
 }
@@ -58,6 +61,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 threads: a.threads,
                 writeback_cache: a.writeback_cache,
                 default_permissions: !a.no_default_permissions,
+                flush_enosys: a.flush_enosys,
                 ..Default::default()
             },
         )?),

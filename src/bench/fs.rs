@@ -95,6 +95,10 @@ pub struct FsArgs {
     /// before each create).
     #[arg(long)]
     noop_no_default_permissions: bool,
+    /// The no-op fs answers FLUSH with ENOSYS, as ptsd-fs does (then both
+    /// skip the round trip at close; by default the no-op fs answers it).
+    #[arg(long)]
+    noop_flush_enosys: bool,
     /// Serve the no-op fs from this process instead of a daemon process
     /// of its own (`ptsd bench noop-mount`). A daemon of its own is what
     /// ptsd-fs is, and measured faster here, so it is the default ceiling.
@@ -159,6 +163,7 @@ pub fn run(a: FsArgs) -> Result<()> {
                 threads: a.noop_threads,
                 writeback_cache: a.noop_writeback_cache,
                 default_permissions: !a.noop_no_default_permissions,
+                flush_enosys: a.noop_flush_enosys,
                 ..NoopOptions::default()
             }),
             Target::Noop => {
@@ -174,6 +179,9 @@ pub fn run(a: FsArgs) -> Result<()> {
                 }
                 if a.noop_no_default_permissions {
                     args.push("--no-default-permissions".into());
+                }
+                if a.noop_flush_enosys {
+                    args.push("--flush-enosys".into());
                 }
                 args.push(mountpoint.clone().into());
                 TargetSpec::Spawned {

@@ -62,7 +62,7 @@ pub struct Inode {
     ext_saved: u64,
     /// crc32c of each overflow block as last written, so a change rewrites
     /// only the overflow blocks whose contents changed (a directory of a
-    /// million entries has hundreds).
+    /// million entries has about 45).
     overflow_crc: Vec<Option<u32>>,
     /// First file block stored in each overflow block (`None`: empty), to
     /// find where a change to the extent list starts to matter.

@@ -44,6 +44,10 @@ pub struct NoopOptions {
     /// then answers the GETATTR the kernel sends for a directory whose
     /// attributes a create or unlink made stale.
     pub default_permissions: bool,
+    /// Answer FLUSH with ENOSYS, so the kernel stops sending it (as
+    /// ptsd-fs does). Off by default: a file system that has anything to do
+    /// at close must answer it.
+    pub flush_enosys: bool,
 }
 
 impl Default for NoopOptions {
@@ -54,6 +58,7 @@ impl Default for NoopOptions {
             keep_cache: true,
             writeback_cache: false,
             default_permissions: true,
+            flush_enosys: false,
         }
     }
 }
@@ -512,7 +517,11 @@ impl fuser::Filesystem for NoopFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        if self.options.flush_enosys {
+            reply.error(Errno::ENOSYS);
+        } else {
+            reply.ok();
+        }
     }
 
     fn fsync(
