@@ -2,7 +2,7 @@
 //! all-or-nothing journal transaction.
 //!
 //! The home location is any [`ptsd_blockdev::BlockDevice`]. The layers:
-//! [`format`] (on-device structures, all checksummed), [`alloc`] (per-group
+//! [`format`](mod@format) (on-device structures, all checksummed), [`alloc`] (per-group
 //! bitmaps), [`dir`] (hash-indexed directories), [`filesystem`] (the
 //! operations, each one transaction on a [`store::Store`]), [`fuse`] (the
 //! `fuser` adapter), [`fsck`].

@@ -625,7 +625,8 @@ fn mount_config(options: &NoopOptions) -> Config {
 
 /// Serves a fresh [`NoopFs`] on `dir` in this process until it is
 /// unmounted (`umount DIR`): the no-op fs as a daemon process of its own,
-/// like any real FUSE file system (for [`TargetSpec::NoopProcess`](super::suite::TargetSpec)).
+/// like any real FUSE file system (`ptsd bench noop-mount`, which the
+/// `noop` target of `ptsd bench fs` spawns).
 pub fn serve(dir: &Path, options: NoopOptions) -> Result<()> {
     if options.threads == 0 {
         return Err(FsBenchError::Config(
