@@ -330,6 +330,24 @@ pub fn run(args: JournalArgs) -> Result<()> {
             }
         }
     }
+    // Ratio of each partitioned run to the single-lock run right after it
+    // (same machine conditions), before the runs are sorted.
+    let paired: Vec<(usize, Vec<f64>)> = args
+        .threads
+        .iter()
+        .map(|&threads| {
+            let of = |k| {
+                runs.iter()
+                    .find(|(key, _)| *key == (k, threads))
+                    .map(|(_, v)| v.iter().map(RunResult::blocks_per_sec).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            };
+            let (p, s) = (of(JournalKind::Partitioned), of(JournalKind::SingleLock));
+            let mut r: Vec<f64> = p.iter().zip(&s).map(|(p, s)| p / s).collect();
+            r.sort_by(f64::total_cmp);
+            (threads, r)
+        })
+        .collect();
     println!();
     println!("median run of each (commit and stage percentiles over all its runs):");
     let mut medians: Vec<(JournalKind, usize, f64, u64)> = Vec::new();
@@ -382,6 +400,15 @@ pub fn run(args: JournalArgs) -> Result<()> {
                 ""
             };
             println!("threads {threads}: partitioned / single-lock = {ratio:.2}x{verdict}");
+            if let Some((_, r)) = paired.iter().find(|(t, r)| *t == threads && !r.is_empty()) {
+                println!(
+                    "threads {threads}: run-by-run ratios min {:.2}x median {:.2}x max {:.2}x over {} pairs",
+                    r[0],
+                    r[r.len() / 2],
+                    r[r.len() - 1],
+                    r.len()
+                );
+            }
         }
     }
     let (copy, flag) = stage_breakdown(&args)?;

@@ -1277,14 +1277,29 @@ impl Inner {
         let mut written: Vec<(u64, u64)> = newest.into_iter().collect();
         written.sort_unstable();
         let bs = self.geo.block_size as usize;
-        let mut buf = vec![0u8; bs * self.cfg.checkpoint_batch];
+        let mut buf = Vec::new();
         for chunk in written.chunks(self.cfg.checkpoint_batch) {
+            // SAFETY (both branches): every slot in `chunk` is staged (state
+            // read with Acquire above) and lies in [tail, head): it is not
+            // reused before this round advances the tail, which happens
+            // after this function returns, and staged slots are never
+            // rewritten. So nobody writes these bytes while we read them or
+            // while the borrowed slices live.
+            let borrowed: Option<Vec<(u64, &[u8])>> = chunk
+                .iter()
+                .map(|&(b, pos)| {
+                    let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
+                    unsafe { self.region.borrow_unshared(off, bs) }.map(|d| (b, d))
+                })
+                .collect();
+            if let Some(batch) = borrowed {
+                // A real mapping: hand the slots to the device in place.
+                self.device.write_batch(&batch)?;
+                continue;
+            }
+            buf.resize(bs * chunk.len(), 0);
             for (i, &(_, pos)) in chunk.iter().enumerate() {
                 let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
-                // SAFETY: the slot is staged (state read with Acquire above)
-                // and lies in [tail, head): it is not reused before this
-                // round advances the tail, and staged slots are never
-                // rewritten.
                 unsafe {
                     self.region
                         .read_unshared(off, &mut buf[i * bs..(i + 1) * bs])
