@@ -161,26 +161,29 @@ impl Flash {
 
     /// The block on `chip` GC should clean next, if any has invalid pages.
     pub fn victim(&self, chip: u32, policy: GcPolicy, now: u64) -> Option<u32> {
-        let first = chip * self.blocks_per_chip;
+        let blocks = chip * self.blocks_per_chip..(chip + 1) * self.blocks_per_chip;
         let mut best = None;
-        let mut best_score = f64::MIN;
-        let mut best_valid = u32::MAX;
-        for b in first..first + self.blocks_per_chip {
-            let i = b as usize;
-            if self.pool[i] == POOL_FREE || self.open[i] || self.valid[i] >= self.wp[i] {
-                continue;
-            }
-            match policy {
-                GcPolicy::Greedy => {
-                    if self.valid[i] < best_valid {
-                        best_valid = self.valid[i];
+        match policy {
+            GcPolicy::Greedy => {
+                // The first block with the fewest valid pages: test the
+                // count first, whether GC may take the block only for a
+                // new best.
+                let mut best_valid = u32::MAX;
+                for b in blocks {
+                    let v = self.valid[b as usize];
+                    if v < best_valid && self.collectable(b) {
+                        best_valid = v;
                         best = Some(b);
-                        if best_valid == 0 {
+                        if v == 0 {
                             break;
                         }
                     }
                 }
-                GcPolicy::CostBenefit => {
+            }
+            GcPolicy::CostBenefit => {
+                let mut best_score = f64::MIN;
+                for b in blocks.filter(|&b| self.collectable(b)) {
+                    let i = b as usize;
                     let u = f64::from(self.valid[i]) / f64::from(self.ppb);
                     let age = (now.saturating_sub(self.stamp[i]) + 1) as f64;
                     let score = if u == 0.0 {
@@ -196,6 +199,13 @@ impl Flash {
             }
         }
         best
+    }
+
+    /// Whether GC may clean block `b`: in use, not open, some page invalid.
+    #[inline]
+    fn collectable(&self, b: u32) -> bool {
+        let i = b as usize;
+        self.pool[i] != POOL_FREE && !self.open[i] && self.valid[i] < self.wp[i]
     }
 
     /// Rebuild the free lists from `pool` (after recovery); every used

@@ -58,10 +58,7 @@ impl Intervals {
         if self.first_end > now {
             return;
         }
-        let mut h = self.head;
-        while h < self.busy.len() && self.busy[h].1 <= now {
-            h += 1;
-        }
+        let h = self.head + first_ending_after(&self.busy[self.head..], now);
         let live = self.busy.len() - h;
         if live == 0 {
             self.busy.clear();
@@ -122,21 +119,7 @@ impl Intervals {
         if self.last_end <= t {
             return (t, n);
         }
-        // First interval that ends after `t` (there is one): gallop from
-        // the front, where the intervals near `now` are.
-        let live = &self.busy[self.head..];
-        let mut lo = 0;
-        let mut hi = 1;
-        while live[lo].1 <= t {
-            if hi >= live.len() || live[hi].1 > t {
-                let hi = hi.min(live.len());
-                lo += 1 + live[lo + 1..hi].partition_point(|&(_, end)| end <= t);
-                break;
-            }
-            lo = hi;
-            hi = 2 * hi + 1;
-        }
-        let mut i = self.head + lo;
+        let mut i = self.head + first_ending_after(&self.busy[self.head..], t);
         let mut start = t;
         while let Some(&(a, b)) = self.busy.get(i) {
             if start + dur <= a {
@@ -201,6 +184,24 @@ impl Intervals {
         self.reserve_at(i, start, dur);
         start
     }
+}
+
+/// Index of the first interval of `list` (sorted) that ends after `t`
+/// (`list.len()` if none): a galloping search from the front, where the
+/// intervals near `now` are, so a step or two in the common cases.
+#[inline(always)]
+fn first_ending_after(list: &[(u64, u64)], t: u64) -> usize {
+    let mut lo = 0;
+    let mut hi = 1;
+    while lo < list.len() && list[lo].1 <= t {
+        if hi >= list.len() || list[hi].1 > t {
+            let hi = hi.min(list.len());
+            return lo + 1 + list[lo + 1..hi].partition_point(|&(_, end)| end <= t);
+        }
+        lo = hi;
+        hi = 2 * hi + 1;
+    }
+    lo
 }
 
 /// Reserved intervals of every chip and every channel.
