@@ -15,7 +15,7 @@ use crate::layout::{
     Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
     SB_SIZE, SLOT_HEADER,
 };
-use crate::protocol::{Epochs, Padded, Ring};
+use crate::protocol::{Cover, Epochs, Padded, Ring};
 use crate::region::{Persist, RegionMode};
 
 type Result<T> = std::result::Result<T, JournalError>;
@@ -235,7 +235,6 @@ pub(crate) struct Inner {
 
     // Fields written on every commit get cache lines of their own, away
     // from the read-mostly flags every stage reads (`status`, `shutdown`).
-    commit_lock: Padded<Mutex<()>>,
     /// The baseline's journal-wide lock (None when partitioned).
     global_lock: Padded<Option<Mutex<()>>>,
     durable: Padded<Mutex<Durable>>,
@@ -418,7 +417,6 @@ impl Journal {
             fill_threshold,
             epochs: Epochs::new(rec.epoch + 1, EPOCH_RING),
             aborted: Padded::default(),
-            commit_lock: Padded(Mutex::new(())),
             global_lock: Padded((cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(()))),
             durable: Padded(Mutex::new(Durable {
                 seq: rec.seq,
@@ -1010,25 +1008,8 @@ impl Inner {
     /// Write a commit record covering every transaction finished so far
     /// (at least the first `fin`), unless another commit does.
     fn commit_covering(&self, fin: u64) -> Result<()> {
-        // One commit at a time. A commit takes about a microsecond, so wait
-        // for a running one by spinning (a sleeping waiter would pay a
-        // wake-up, far longer), and stop waiting as soon as it covers us:
-        // group commit.
-        let mut wait = Backoff::default();
-        let _c = loop {
-            if self.epochs.is_durable(fin) {
-                self.shared_commits.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            if let Some(g) = self.commit_lock.try_lock() {
-                break g;
-            }
-            if wait.spun_out() {
-                break self.commit_lock.lock();
-            }
-            std::hint::spin_loop();
-            wait.count();
-        };
+        // Commits run concurrently up to the record write, which is
+        // serialised under `durable` and merges covers (see below).
         self.check_running()?;
         if self.epochs.is_durable(fin) {
             self.shared_commits.fetch_add(1, Ordering::Relaxed);
@@ -1067,10 +1048,9 @@ impl Inner {
         // slots, and past it only slots of later or excluded epochs, which
         // the record keeps from replay.
         let counted = cover.counted;
-        let epoch = cover.top;
         let target = CkptTarget {
-            epoch,
-            excluded: cover.excluded,
+            epoch: cover.top,
+            excluded: cover.excluded.clone(),
             heads,
         };
         for (p, &h) in target.heads.iter().enumerate() {
@@ -1081,31 +1061,45 @@ impl Inner {
             .map_err(|e| self.fail(format!("region sync: {e}")))?;
         let g = self.global_lock.as_ref().map(lock_spinning);
         {
-            let mut d = self.durable.lock();
-            d.seq += 1;
-            d.epoch = epoch;
-            // Copy into the buffers already there: moving ours in would
-            // make another thread free them (allocator traffic across cores).
-            d.heads.clear();
-            d.heads.extend_from_slice(&target.heads);
-            d.excluded.clear();
-            d.excluded.extend_from_slice(&target.excluded);
-            let rec = Record {
-                kind: RecordKind::Commit,
-                seq: d.seq,
-                epoch,
+            let mut d = lock_spinning(&self.durable);
+            // The newest record may come from a commit that ran alongside
+            // ours: covers taken one after the other are nested, but two
+            // taken at the same time may each have seen a done mark the
+            // other missed. Write the union (with the larger heads), so
+            // the newest record commits everything either commit promised;
+            // skip the write if the newest record already contains ours.
+            let newest = Cover {
+                counted: 0,
+                top: d.epoch,
                 excluded: d.excluded.clone(),
-                heads: d.heads.clone(),
-                tails: d.tails.clone(),
             };
-            write_record(self.region.as_ref(), &self.geo, &rec);
-            self.region
-                .sync()
-                .map_err(|e| self.fail(format!("region sync: {e}")))?;
+            if newest.contains(&cover) {
+                self.shared_commits.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let merged = newest.union(&cover);
+                d.seq += 1;
+                d.epoch = merged.top;
+                d.excluded = merged.excluded;
+                for (dh, &h) in d.heads.iter_mut().zip(&target.heads) {
+                    *dh = (*dh).max(h);
+                }
+                let rec = Record {
+                    kind: RecordKind::Commit,
+                    seq: d.seq,
+                    epoch: d.epoch,
+                    excluded: d.excluded.clone(),
+                    heads: d.heads.clone(),
+                    tails: d.tails.clone(),
+                };
+                write_record(self.region.as_ref(), &self.geo, &rec);
+                self.region
+                    .sync()
+                    .map_err(|e| self.fail(format!("region sync: {e}")))?;
+                self.commits.fetch_add(1, Ordering::Relaxed);
+            }
         }
         drop(g);
         self.epochs.publish_durable(counted);
-        self.commits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1401,7 +1395,7 @@ const SPIN_LIMIT: Duration = Duration::from_micros(50);
 /// [`SPIN_LIMIT`] before sleeping in the kernel, as a kernel spinlock
 /// would; parking at once would make every hand-off pay a futex wake-up,
 /// which is many times the critical section (a lock convoy).
-fn lock_spinning(m: &Mutex<()>) -> parking_lot::MutexGuard<'_, ()> {
+fn lock_spinning<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
     let mut wait = Backoff::default();
     loop {
         if let Some(g) = m.try_lock() {

@@ -196,6 +196,36 @@ impl Cover {
     pub fn covers(&self, epoch: u64) -> bool {
         epoch <= self.top && !self.excluded.contains(&epoch)
     }
+
+    /// True if this cover commits every epoch `other` commits.
+    pub fn contains(&self, other: &Cover) -> bool {
+        self.top >= other.top
+            && self
+                .excluded
+                .iter()
+                .all(|&e| e > other.top || other.excluded.contains(&e))
+    }
+
+    /// The cover committing every epoch either commits. Covers computed
+    /// one after another are nested, but two commits computing theirs at
+    /// the same time may each see a done mark the other missed; the record
+    /// written last must commit both.
+    pub fn union(&self, other: &Cover) -> Cover {
+        let mut excluded: Vec<u64> = self
+            .excluded
+            .iter()
+            .chain(&other.excluded)
+            .copied()
+            .filter(|&e| !self.covers(e) && !other.covers(e))
+            .collect();
+        excluded.sort_unstable();
+        excluded.dedup();
+        Cover {
+            counted: self.counted.max(other.counted),
+            top: self.top.max(other.top),
+            excluded,
+        }
+    }
 }
 
 /// Per-transaction epochs: numbers, done marks, and the finished count.
@@ -311,5 +341,44 @@ impl Epochs {
     #[inline]
     pub fn publish_durable(&self, counted: u64) {
         self.durable_finished.fetch_max(counted, Ordering::SeqCst);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::Cover;
+
+    fn cover(top: u64, excluded: &[u64]) -> Cover {
+        Cover {
+            counted: 0,
+            top,
+            excluded: excluded.to_vec(),
+        }
+    }
+
+    /// Two commits scanning at once: one saw epoch 1 done but not 2, the
+    /// other 2 but not 1. Neither contains the other; their union commits
+    /// both, and contains each.
+    #[test]
+    fn union_of_unordered_covers_commits_both() {
+        let a = cover(2, &[2]);
+        let b = cover(2, &[1]);
+        assert!(!a.contains(&b) && !b.contains(&a));
+        let u = a.union(&b);
+        assert_eq!(u, cover(2, &[]));
+        assert!(u.contains(&a) && u.contains(&b));
+    }
+
+    #[test]
+    fn union_keeps_what_neither_covers() {
+        let a = cover(5, &[3, 5]);
+        let b = cover(7, &[3, 6]);
+        let u = a.union(&b);
+        assert_eq!(u, cover(7, &[3, 6]));
+        for e in 1..=8 {
+            assert_eq!(u.covers(e), a.covers(e) || b.covers(e), "epoch {e}");
+        }
+        assert!(b.contains(&cover(4, &[3])));
+        assert!(!b.contains(&cover(6, &[])));
     }
 }
