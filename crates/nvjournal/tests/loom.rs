@@ -205,7 +205,10 @@ fn group_commit_returns_only_when_covered() {
                     // (records only ever grow: they are merged).
                     let d = m.durable.lock().unwrap();
                     let newest = d.as_ref().expect("a durable record");
-                    assert!(newest.covers(e), "newest record {newest:?} misses epoch {e}");
+                    assert!(
+                        newest.covers(e),
+                        "newest record {newest:?} misses epoch {e}"
+                    );
                 })
             })
             .collect();
