@@ -1391,7 +1391,7 @@ struct Backoff {
 const SPIN_LIMIT: Duration = Duration::from_micros(50);
 
 /// Take a lock that is held for about a microsecond at a time (the
-/// baseline's journal lock, the commit lock): spin for up to
+/// baseline's journal lock, the durable-state lock): spin for up to
 /// [`SPIN_LIMIT`] before sleeping in the kernel, as a kernel spinlock
 /// would; parking at once would make every hand-off pay a futex wake-up,
 /// which is many times the critical section (a lock convoy).
