@@ -94,6 +94,7 @@ fn engine(c: &mut Criterion) {
     for variant in [
         Variant::WriteOpt,
         Variant::PartSched,
+        Variant::Part,
         Variant::Dftl,
         Variant::Page,
     ] {
