@@ -83,4 +83,12 @@ pub enum JournalError {
     /// An earlier background failure stopped the journal.
     #[error("journal stopped after an earlier failure: {0}")]
     Failed(String),
+    /// The OS refused to start one of the journal's threads.
+    #[error("cannot start journal thread {name}: {reason}")]
+    Spawn {
+        /// The thread's name.
+        name: String,
+        /// What the OS said.
+        reason: String,
+    },
 }

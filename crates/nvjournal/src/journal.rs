@@ -357,7 +357,7 @@ impl Journal {
         write_record(region.as_ref(), &geo, &rec);
         region.sync()?;
         tracing::info!(mode = %region.mode(), partitions = n, slots = geo.slots, "journal created");
-        Ok(Self::start(region, device, geo, cfg, &rec))
+        Self::start(region, device, geo, cfg, &rec)
     }
 
     /// Open an existing journal: validate the superblock, replay exactly the
@@ -393,7 +393,7 @@ impl Journal {
         check_config(&cfg, device.as_ref())?;
         let (rec, report) = crate::recovery::recover(region.as_ref(), device.as_ref(), &geo)?;
         tracing::info!(?report, mode = %region.mode(), "journal recovered");
-        Ok((Self::start(region, device, geo, cfg, &rec), report))
+        Ok((Self::start(region, device, geo, cfg, &rec)?, report))
     }
 
     fn start(
@@ -402,7 +402,7 @@ impl Journal {
         geo: Geometry,
         cfg: JournalConfig,
         rec: &Record,
-    ) -> Arc<Self> {
+    ) -> Result<Arc<Self>> {
         let n = geo.partitions as usize;
         let parts = (0..n)
             .map(|p| Partition::new(geo.slots, rec.tails[p].max(rec.heads[p])))
@@ -448,21 +448,21 @@ impl Journal {
             geo,
             cfg,
         });
-        let mut threads = Vec::new();
+        let journal = Self {
+            inner: inner.clone(),
+            threads: Mutex::new(Vec::new()),
+        };
+        // If the OS refuses a thread, dropping `journal` stops the ones
+        // already started.
         for p in 0..n {
             let i = inner.clone();
-            threads.push(spawn(format!("nvj-commit-{p}"), move || i.commit_worker(p)));
+            journal.add_thread(format!("nvj-commit-{p}"), move || i.commit_worker(p))?;
             let i = inner.clone();
-            threads.push(spawn(format!("nvj-ckpt-{p}"), move || {
-                i.checkpoint_worker(p)
-            }));
+            journal.add_thread(format!("nvj-ckpt-{p}"), move || i.checkpoint_worker(p))?;
         }
-        let i = inner.clone();
-        threads.push(spawn("nvj-trigger".into(), move || i.trigger_worker()));
-        Arc::new(Self {
-            inner,
-            threads: Mutex::new(threads),
-        })
+        let i = inner;
+        journal.add_thread("nvj-trigger".into(), move || i.trigger_worker())?;
+        Ok(Arc::new(journal))
     }
 
     /// Start a transaction.
@@ -622,11 +622,18 @@ impl Drop for Journal {
     }
 }
 
-fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(f)
-        .expect("spawning a journal thread")
+impl Journal {
+    fn add_thread(&self, name: String, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let handle = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(f)
+            .map_err(|e| JournalError::Spawn {
+                name,
+                reason: e.to_string(),
+            })?;
+        self.threads.lock().push(handle);
+        Ok(())
+    }
 }
 
 fn check_config(cfg: &JournalConfig, device: &dyn BlockDevice) -> Result<()> {
