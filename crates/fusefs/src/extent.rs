@@ -30,15 +30,7 @@ impl ExtentMap {
 
     /// The extents in file order.
     pub fn to_extents(&self) -> Vec<Extent> {
-        self.runs
-            .iter()
-            .map(|(&lblk, &(pblk, len, unwritten))| Extent {
-                lblk,
-                pblk,
-                len,
-                unwritten,
-            })
-            .collect()
+        self.extents_from(0)
     }
 
     /// Changes so far (starts at 0; [`punch`](Self::punch) and

@@ -190,6 +190,20 @@ struct Durable {
     tails: Vec<u64>,
 }
 
+impl Durable {
+    /// A record of `kind` describing this durable state.
+    fn record(&self, kind: RecordKind) -> Record {
+        Record {
+            kind,
+            seq: self.seq,
+            epoch: self.epoch,
+            excluded: self.excluded.clone(),
+            heads: self.heads.clone(),
+            tails: self.tails.clone(),
+        }
+    }
+}
+
 #[derive(Clone)]
 struct CkptTarget {
     epoch: u64,
@@ -1090,14 +1104,7 @@ impl Inner {
                 for (dh, &h) in d.heads.iter_mut().zip(&target.heads) {
                     *dh = (*dh).max(h);
                 }
-                let rec = Record {
-                    kind: RecordKind::Commit,
-                    seq: d.seq,
-                    epoch: d.epoch,
-                    excluded: d.excluded.clone(),
-                    heads: d.heads.clone(),
-                    tails: d.tails.clone(),
-                };
+                let rec = d.record(RecordKind::Commit);
                 write_record(self.region.as_ref(), &self.geo, &rec);
                 self.region
                     .sync()
@@ -1332,14 +1339,7 @@ impl Inner {
                 *t = (*t).max(r.0);
             }
             d.seq += 1;
-            let rec = Record {
-                kind: RecordKind::Checkpoint,
-                seq: d.seq,
-                epoch: d.epoch,
-                excluded: d.excluded.clone(),
-                heads: d.heads.clone(),
-                tails: d.tails.clone(),
-            };
+            let rec = d.record(RecordKind::Checkpoint);
             write_record(self.region.as_ref(), &self.geo, &rec);
             self.region.sync()?;
         }
