@@ -46,6 +46,10 @@ pub enum RequestError {
     PayloadKind { op: crate::Op },
     #[error("this SSD keeps data: a write needs its bytes")]
     PayloadRequired,
+    /// A [`Payload::External`](crate::Payload::External) request whose
+    /// caller had no buffer for it when the SSD served it.
+    #[error("no caller buffer for {op:?} request {id}")]
+    BufferMissing { id: u64, op: crate::Op },
     #[error("the SSD failed earlier and accepts no more requests: {0}")]
     Failed(String),
 }

@@ -38,5 +38,5 @@ pub mod stats;
 pub mod trace;
 pub mod workload;
 pub use image::{ImageError, PersistentStore};
-pub use ssd::{Done, Payload, Ssd};
+pub use ssd::{DataIo, Done, Payload, Ssd};
 pub use store::{MemStore, NoStore, Oob, PageKind, Store, StoreError};

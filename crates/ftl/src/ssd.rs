@@ -27,13 +27,49 @@ pub(crate) const IN_BUFFER: u32 = 1 << 31;
 ///
 /// A timing-only simulation passes `None` (nothing is allocated); a device
 /// that holds data passes the bytes to write, or a buffer to read into
-/// (its length must be `pages * page_size`).
+/// (its length must be `pages * page_size`), or says that the caller keeps
+/// the buffer ([`External`](Payload::External)).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub enum Payload {
     #[default]
     None,
     Write(Vec<u8>),
     Read(Vec<u8>),
+    /// The caller owns the request's buffer and lends it while the SSD
+    /// serves the request, through the [`DataIo`] given to
+    /// [`Ssd::advance_with`]: a write's bytes go straight from it into the
+    /// write buffer, a read's straight from the store (or the write buffer)
+    /// into it, with no copy in between. For reads and writes only.
+    External,
+}
+
+/// Caller-owned request buffers, for requests submitted with
+/// [`Payload::External`].
+///
+/// The SSD asks for a request's buffer only inside
+/// [`Ssd::advance_with`], when it serves the request (a write: when it
+/// copies the bytes into its write buffer; a read: when it fills the
+/// buffer), and at most once per request. The buffer must be exactly
+/// `pages * page_size` bytes long. `None` (or a wrong length) fails that
+/// one request ([`Done::error`]); the device goes on.
+pub trait DataIo {
+    /// The bytes of write request `id`.
+    fn source(&mut self, id: u64) -> Option<&[u8]>;
+    /// The buffer that read request `id` fills.
+    fn destination(&mut self, id: u64) -> Option<&mut [u8]>;
+}
+
+/// No caller buffers: every [`Payload::External`] request fails
+/// (what [`Ssd::advance`] uses).
+struct NoBuffers;
+
+impl DataIo for NoBuffers {
+    fn source(&mut self, _: u64) -> Option<&[u8]> {
+        None
+    }
+    fn destination(&mut self, _: u64) -> Option<&mut [u8]> {
+        None
+    }
 }
 
 /// A finished request. For reads with a `Payload::Read` buffer, the payload
@@ -42,8 +78,12 @@ pub enum Payload {
 pub struct Done {
     pub completion: Completion,
     pub payload: Payload,
-    /// The device failed while serving it (see [`Ssd::fault`]).
+    /// It failed: the device failed while serving it (see [`Ssd::fault`]),
+    /// or the request itself could not be served ([`error`](Self::error)).
     pub failed: bool,
+    /// Why this request alone failed, changing nothing (its external
+    /// buffer was missing or of the wrong size); `None` otherwise.
+    pub error: Option<RequestError>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -425,7 +465,7 @@ impl Ssd {
             (Payload::None, Op::Write) if self.has_data => {
                 return Err(RequestError::PayloadRequired)
             }
-            (Payload::None, _) => {}
+            (Payload::None, _) | (Payload::External, Op::Read | Op::Write) => {}
             (Payload::Write(d), Op::Write) | (Payload::Read(d), Op::Read) => {
                 if d.len() != expected {
                     return Err(RequestError::PayloadSize {
@@ -483,7 +523,45 @@ impl Ssd {
     /// so that what the host submits in reaction (at the completion time) is
     /// in the queue before the controller decides (read priority depends on
     /// it). Call [`next_event`](Self::next_event) again to go on.
+    ///
+    /// Requests submitted with [`Payload::External`] fail here: they need
+    /// [`advance_with`](Self::advance_with).
     pub fn advance(&mut self, now_ns: u64, out: &mut Vec<Done>) {
+        self.advance_with(now_ns, out, &mut NoBuffers)
+    }
+
+    /// [`advance`](Self::advance), moving the data of
+    /// [`Payload::External`] requests straight between `buffers` and the
+    /// SSD's write buffer or store as it serves them.
+    ///
+    /// ```
+    /// use ptsd_ftl::{DataIo, FtlConfig, Op, Payload, Request, Ssd, StoreKind, Variant};
+    ///
+    /// /// The caller's buffers, by request id.
+    /// struct Buffers(Vec<Vec<u8>>);
+    /// impl DataIo for Buffers {
+    ///     fn source(&mut self, id: u64) -> Option<&[u8]> {
+    ///         self.0.get(id as usize).map(|b| &b[..])
+    ///     }
+    ///     fn destination(&mut self, id: u64) -> Option<&mut [u8]> {
+    ///         self.0.get_mut(id as usize).map(|b| &mut b[..])
+    ///     }
+    /// }
+    ///
+    /// let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
+    /// cfg.store = StoreKind::Memory;
+    /// let mut ssd = Ssd::new(cfg).unwrap();
+    /// let mut bufs = Buffers(vec![vec![7; 4096], vec![0; 4096]]);
+    /// ssd.submit(0, Request { id: 0, op: Op::Write, lpn: 5, pages: 1 }, Payload::External).unwrap();
+    /// ssd.submit(0, Request { id: 1, op: Op::Read, lpn: 5, pages: 1 }, Payload::External).unwrap();
+    /// let mut done = Vec::new();
+    /// while let Some(t) = ssd.next_event() {
+    ///     ssd.advance_with(t, &mut done, &mut bufs);
+    /// }
+    /// assert!(done.iter().all(|d| !d.failed));
+    /// assert_eq!(bufs.0[1], vec![7; 4096]);
+    /// ```
+    pub fn advance_with(&mut self, now_ns: u64, out: &mut Vec<Done>, buffers: &mut dyn DataIo) {
         let mut limit = now_ns;
         while let Some((t, pick)) = self.next_dispatch() {
             if t > now_ns {
@@ -495,7 +573,7 @@ impl Ssd {
                     break;
                 }
             }
-            self.dispatch(t, pick);
+            self.dispatch(t, pick, buffers);
         }
         while let Some(&Reverse(k)) = self.heap.peek() {
             let slot = k as u32;
@@ -547,7 +625,7 @@ impl Ssd {
         Some((pick.0.max(self.ctrl_free), pick.1))
     }
 
-    fn dispatch(&mut self, t: u64, pick: Pick) {
+    fn dispatch(&mut self, t: u64, pick: Pick, buffers: &mut dyn DataIo) {
         self.tl.prune(t);
         self.horizon = t;
         match pick {
@@ -555,11 +633,15 @@ impl Ssd {
                 let Some(mut q) = self.reads.pop_front() else {
                     return;
                 };
-                let r = self.do_read(&mut q, t);
+                let req = q.req;
+                let r = match self.read_destination(&mut q, buffers) {
+                    Ok(dest) => self.do_read(&req, t, dest),
+                    Err(e) => return self.refuse(q, t, e),
+                };
                 self.finish(q, t, r);
             }
             Pick::Other => {
-                let Some(mut q) = self.others.pop_front() else {
+                let Some(q) = self.others.pop_front() else {
                     return;
                 };
                 let r = match q.req.op {
@@ -571,7 +653,10 @@ impl Ssd {
                             self.held = Some((q, t));
                             return;
                         }
-                        self.do_write(&mut q, t, false)
+                        match self.write_source(&q, buffers) {
+                            Ok(src) => self.do_write(&q.req, t, false, src),
+                            Err(e) => return self.refuse(q, t, e),
+                        }
                     }
                     Op::Discard => self.do_discard(&q, t),
                     Op::Flush => self.do_flush(t),
@@ -580,11 +665,14 @@ impl Ssd {
                 self.finish(q, t, r);
             }
             Pick::SyncFlush => {
-                let Some((mut q, _)) = self.held.take() else {
+                let Some((q, _)) = self.held.take() else {
                     return;
                 };
                 self.write_stop = false;
-                let r = self.do_write(&mut q, t, true);
+                let r = match self.write_source(&q, buffers) {
+                    Ok(src) => self.do_write(&q.req, t, true, src),
+                    Err(e) => return self.refuse(q, t, e),
+                };
                 if let Ok(done) = r {
                     // The controller waits for the synchronous flush.
                     self.ctrl_free = self.ctrl_free.max(done);
@@ -594,22 +682,89 @@ impl Ssd {
         }
     }
 
+    /// The buffer a read fills: its own payload's or the caller's (checked
+    /// before anything changes, so a missing one fails only this request).
+    fn read_destination<'a>(
+        &self,
+        q: &'a mut Queued,
+        buffers: &'a mut dyn DataIo,
+    ) -> Result<Option<&'a mut [u8]>, RequestError> {
+        let (id, op, pages) = (q.req.id, q.req.op, q.req.pages);
+        match &mut q.payload {
+            Payload::Read(b) => Ok(Some(b)),
+            Payload::External => match buffers.destination(id) {
+                Some(b) => self.check_buffer_len(b.len(), pages).map(|()| Some(b)),
+                None => Err(RequestError::BufferMissing { id, op }),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    /// The bytes a write takes: its own payload's or the caller's.
+    fn write_source<'a>(
+        &self,
+        q: &'a Queued,
+        buffers: &'a mut dyn DataIo,
+    ) -> Result<Option<&'a [u8]>, RequestError> {
+        let (id, op, pages) = (q.req.id, q.req.op, q.req.pages);
+        match &q.payload {
+            Payload::Write(d) => Ok(Some(d)),
+            Payload::External => match buffers.source(id) {
+                Some(b) => self.check_buffer_len(b.len(), pages).map(|()| Some(b)),
+                None => Err(RequestError::BufferMissing { id, op }),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    fn check_buffer_len(&self, len: usize, pages: u32) -> Result<(), RequestError> {
+        if len == pages as usize * self.g.page_size as usize {
+            Ok(())
+        } else {
+            Err(RequestError::PayloadSize {
+                len,
+                pages,
+                page_size: self.g.page_size,
+            })
+        }
+    }
+
+    /// Complete a request that could not be served, at its dispatch time,
+    /// having changed nothing (the device goes on).
+    fn refuse(&mut self, q: Queued, dispatch_ns: u64, error: RequestError) {
+        self.complete(q, dispatch_ns, dispatch_ns, Some(error));
+    }
+
     fn finish(&mut self, q: Queued, dispatch_ns: u64, r: Result<u64, FtlError>) {
-        let (done_ns, failed) = match r {
+        match r {
             Ok(t) => {
                 // Read priority flushes only once nothing is in service, so
                 // the host has reacted to every completion first.
                 self.busy_until = self.busy_until.max(t);
-                (t, false)
+                self.complete(q, dispatch_ns, t, None);
             }
             Err(e) => {
                 if self.fault.is_none() {
                     self.fault = Some(e.to_string());
                 }
-                (dispatch_ns, true)
+                self.push_done(Done {
+                    completion: Completion {
+                        id: q.req.id,
+                        op: q.req.op,
+                        submit_ns: q.submit_ns,
+                        dispatch_ns,
+                        done_ns: dispatch_ns,
+                    },
+                    payload: q.payload,
+                    failed: true,
+                    error: None,
+                });
             }
-        };
-        let done = Done {
+        }
+    }
+
+    fn complete(&mut self, q: Queued, dispatch_ns: u64, done_ns: u64, error: Option<RequestError>) {
+        self.push_done(Done {
             completion: Completion {
                 id: q.req.id,
                 op: q.req.op,
@@ -618,8 +773,13 @@ impl Ssd {
                 done_ns,
             },
             payload: q.payload,
-            failed,
-        };
+            failed: error.is_some(),
+            error,
+        });
+    }
+
+    fn push_done(&mut self, done: Done) {
+        let done_ns = done.completion.done_ns;
         let slot = match self.free_slots.pop() {
             Some(s) => {
                 self.slots[s as usize] = Some(done);
@@ -636,27 +796,36 @@ impl Ssd {
 
     // ---- host operations -------------------------------------------------
 
-    fn do_read(&mut self, q: &mut Queued, t: u64) -> Result<u64, FtlError> {
+    /// Serve read `req`, filling `dest` (if any: `pages * page_size` bytes).
+    fn do_read(&mut self, req: &Request, t: u64, dest: Option<&mut [u8]>) -> Result<u64, FtlError> {
         self.serving_read = true;
-        let r = self.read_pages(q, t);
+        let r = self.read_pages(req, t, dest);
         self.serving_read = false;
         r
     }
 
-    fn read_pages(&mut self, q: &mut Queued, t: u64) -> Result<u64, FtlError> {
+    fn read_pages(
+        &mut self,
+        req: &Request,
+        t: u64,
+        mut dest: Option<&mut [u8]>,
+    ) -> Result<u64, FtlError> {
         let page = self.g.page_size as usize;
         let mut done = t;
         let mut acts = self.take_acts();
-        for i in 0..q.req.pages {
-            let lpn = (q.req.lpn + u64::from(i)) as u32;
+        for i in 0..req.pages {
+            let lpn = (req.lpn + u64::from(i)) as u32;
             self.stats.host_read_pages += 1;
             let e = self.l2p[lpn as usize];
             if e != UNMAPPED && e & IN_BUFFER != 0 {
                 self.stats.buffer_read_hits += 1;
-                if let Payload::Read(b) = &mut q.payload {
-                    let slot = (e & !IN_BUFFER) as usize;
-                    b[i as usize * page..(i as usize + 1) * page]
-                        .copy_from_slice(self.buf.slot_data(slot));
+                if let Some(b) = dest.as_deref_mut() {
+                    let chunk = &mut b[i as usize * page..(i as usize + 1) * page];
+                    if self.has_data {
+                        chunk.copy_from_slice(self.buf.slot_data((e & !IN_BUFFER) as usize));
+                    } else {
+                        chunk.fill(0);
+                    }
                 }
                 done = done.max(t + self.cfg.t_dram_ns);
                 continue;
@@ -673,7 +842,7 @@ impl Ssd {
                 self.exec_acts(&acts, t, Cause::Read)?
             };
             if e == UNMAPPED {
-                if let Payload::Read(b) = &mut q.payload {
+                if let Some(b) = dest.as_deref_mut() {
                     b[i as usize * page..(i as usize + 1) * page].fill(0);
                 }
                 done = done.max(ready + self.cfg.t_dram_ns);
@@ -682,7 +851,7 @@ impl Ssd {
             let end = self.op_read(e, ready);
             self.stats.flash_data_reads += 1;
             done = done.max(end);
-            if let Payload::Read(b) = &mut q.payload {
+            if let Some(b) = dest.as_deref_mut() {
                 let chunk = &mut b[i as usize * page..(i as usize + 1) * page];
                 if self.has_data {
                     self.store.read(e, chunk)?;
@@ -699,11 +868,18 @@ impl Ssd {
     /// Copy a write into the buffer. `sync`: flush synchronously when full
     /// (read-priority); otherwise flush asynchronously, waiting only for the
     /// previous flush to drain (double buffering).
-    fn do_write(&mut self, q: &mut Queued, t: u64, sync: bool) -> Result<u64, FtlError> {
+    /// `src`: the bytes (`pages * page_size`), if any.
+    fn do_write(
+        &mut self,
+        req: &Request,
+        t: u64,
+        sync: bool,
+        src: Option<&[u8]>,
+    ) -> Result<u64, FtlError> {
         let page = self.g.page_size as usize;
         let mut ready = t;
-        for i in 0..q.req.pages {
-            let lpn = (q.req.lpn + u64::from(i)) as u32;
+        for i in 0..req.pages {
+            let lpn = (req.lpn + u64::from(i)) as u32;
             self.stats.host_write_pages += 1;
             let e = self.l2p[lpn as usize];
             let slot = if e != UNMAPPED && e & IN_BUFFER != 0 {
@@ -725,7 +901,7 @@ impl Ssd {
                 self.l2p[lpn as usize] = IN_BUFFER | slot as u32;
                 slot
             };
-            if let Payload::Write(d) = &q.payload {
+            if let Some(d) = src.filter(|_| self.has_data) {
                 self.buf
                     .slot_data(slot)
                     .copy_from_slice(&d[i as usize * page..(i as usize + 1) * page]);

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use ptsd_ftl::{
-    FtlConfig, GcPolicy, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd, StoreKind,
+    DataIo, FtlConfig, GcPolicy, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd, StoreKind,
 };
 
 const PAGE: usize = 512;
@@ -77,14 +77,54 @@ fn page_bytes(lpn: u64, tag: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Run one request to completion (queue depth 1) and return it.
+/// Caller-owned buffers by request id, for `Payload::External`.
+#[derive(Default)]
+struct Lent(HashMap<u64, Vec<u8>>);
+
+impl DataIo for Lent {
+    fn source(&mut self, id: u64) -> Option<&[u8]> {
+        self.0.get(&id).map(|b| &b[..])
+    }
+    fn destination(&mut self, id: u64) -> Option<&mut [u8]> {
+        self.0.get_mut(&id).map(|b| &mut b[..])
+    }
+}
+
+/// Run one request to completion (queue depth 1) and return it. With
+/// `external`, a read or write lends its buffer (`Payload::External`)
+/// instead of handing it over, and gets it back in the returned payload.
 fn run_one(ssd: &mut Ssd, now: &mut u64, req: Request, payload: Payload) -> ptsd_ftl::Done {
+    run_one_with(ssd, now, req, payload, false)
+}
+
+fn run_one_with(
+    ssd: &mut Ssd,
+    now: &mut u64,
+    req: Request,
+    payload: Payload,
+    external: bool,
+) -> ptsd_ftl::Done {
+    let mut lent = Lent::default();
+    let payload = match payload {
+        Payload::Write(b) | Payload::Read(b) if external => {
+            lent.0.insert(req.id, b);
+            Payload::External
+        }
+        p => p,
+    };
     ssd.submit(*now, req, payload).unwrap();
     let mut out = Vec::new();
     while out.is_empty() {
         let t = ssd.next_event().expect("a request is outstanding");
         *now = (*now).max(t);
-        ssd.advance(t, &mut out);
+        ssd.advance_with(t, &mut out, &mut lent);
+    }
+    if let Some(b) = lent.0.remove(&req.id) {
+        assert_eq!(out[0].payload, Payload::External);
+        out[0].payload = match req.op {
+            Op::Read => Payload::Read(b),
+            _ => Payload::Write(b),
+        };
     }
     let d = out.pop().unwrap();
     assert!(!d.failed, "request failed: {:?}", ssd.fault());
@@ -92,7 +132,9 @@ fn run_one(ssd: &mut Ssd, now: &mut u64, req: Request, payload: Payload) -> ptsd
     d
 }
 
-fn check_against_oracle(cfg: FtlConfig, steps: &[Step]) {
+/// `external`: every other read and write lends its buffer
+/// (`Payload::External`) rather than handing it over.
+fn check_against_oracle(cfg: FtlConfig, steps: &[Step], external: bool) {
     let mut ssd = Ssd::new(cfg).unwrap();
     let mut oracle: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut now = 0;
@@ -115,7 +157,7 @@ fn check_against_oracle(cfg: FtlConfig, steps: &[Step]) {
                     data.extend_from_slice(&b);
                     oracle.insert(p, b);
                 }
-                run_one(
+                run_one_with(
                     &mut ssd,
                     &mut now,
                     Request {
@@ -125,10 +167,11 @@ fn check_against_oracle(cfg: FtlConfig, steps: &[Step]) {
                         pages,
                     },
                     Payload::Write(data),
+                    external && id % 2 == 1,
                 );
             }
             Step::Read { lpn, pages } => {
-                let d = run_one(
+                let d = run_one_with(
                     &mut ssd,
                     &mut now,
                     Request {
@@ -138,6 +181,7 @@ fn check_against_oracle(cfg: FtlConfig, steps: &[Step]) {
                         pages,
                     },
                     Payload::Read(vec![0xAA; pages as usize * PAGE]),
+                    external && id % 2 == 1,
                 );
                 let Payload::Read(buf) = d.payload else {
                     panic!("read payload lost")
@@ -185,7 +229,7 @@ fn check_against_oracle(cfg: FtlConfig, steps: &[Step]) {
     ssd.check_invariants().unwrap();
     // Everything, once more.
     for p in 0..ssd.logical_pages() {
-        let d = run_one(
+        let d = run_one_with(
             &mut ssd,
             &mut now,
             Request {
@@ -195,6 +239,7 @@ fn check_against_oracle(cfg: FtlConfig, steps: &[Step]) {
                 pages: 1,
             },
             Payload::Read(vec![0xAA; PAGE]),
+            external && p % 2 == 1,
         );
         let Payload::Read(buf) = d.payload else {
             panic!()
@@ -211,10 +256,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_scheme_matches_a_hashmap(steps in prop::collection::vec(step(320), 1..400), pick in 0usize..7, cb in any::<bool>()) {
+    fn every_scheme_matches_a_hashmap(steps in prop::collection::vec(step(320), 1..400), pick in 0usize..7, cb in any::<bool>(), external in any::<bool>()) {
         let (scheme, sched) = schemes()[pick];
         let policy = if cb { GcPolicy::CostBenefit } else { GcPolicy::Greedy };
-        check_against_oracle(small(scheme, sched, policy), &steps);
+        check_against_oracle(small(scheme, sched, policy), &steps, external);
     }
 }
 
@@ -239,6 +284,6 @@ fn long_random_run_on_every_scheme() {
                 }
             })
             .collect();
-        check_against_oracle(small(scheme, sched, GcPolicy::Greedy), &steps);
+        check_against_oracle(small(scheme, sched, GcPolicy::Greedy), &steps, true);
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::backend::{Backend, Finished, Pending};
 use crate::request::{IoOp, RequestError};
-use ptsd_ftl::{Done, FtlConfig, Op, Payload, Request, Ssd};
+use ptsd_ftl::{DataIo, Done, FtlConfig, Op, Payload, Request, Ssd};
 
 /// Whether completions wait for the modelled NAND time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -53,14 +53,74 @@ pub struct FtlBackend {
     page: u32,
     /// Virtual time for `Timing::Off`.
     vnow: u64,
-    /// Requests inside the SSD, by queue and tag (the SSD's request id
-    /// encodes both).
-    inflight: Vec<Vec<Option<Pending>>>,
+    /// Requests inside the SSD and their IO buffers, which the SSD reads
+    /// and fills in place (`Payload::External`).
+    inflight: Inflight,
     inflight_count: usize,
     done: Vec<Done>,
     /// Finished before `advance` was called (refused at submit).
     refused: Vec<Finished>,
-    pool: Vec<Vec<u8>>,
+}
+
+/// The requests inside the SSD, by queue and tag (the SSD's request id
+/// encodes both), lending their IO buffers to the SSD as it serves them.
+struct Inflight {
+    slots: Vec<Vec<Option<Pending>>>,
+    page: usize,
+    /// The source of every write-zeroes request (grown to the largest).
+    zeroes: Vec<u8>,
+}
+
+impl Inflight {
+    fn get(&self, id: u64) -> Option<&Pending> {
+        let (queue, tag) = ((id >> 16) as usize, (id & 0xffff) as usize);
+        self.slots.get(queue)?.get(tag)?.as_ref()
+    }
+
+    fn take(&mut self, id: u64) -> Option<Pending> {
+        let (queue, tag) = ((id >> 16) as usize, (id & 0xffff) as usize);
+        self.slots.get_mut(queue)?.get_mut(tag)?.take()
+    }
+
+    fn insert(&mut self, p: Pending) {
+        let (q, t) = (p.queue as usize, p.tag as usize);
+        if self.slots.len() <= q {
+            self.slots.resize_with(q + 1, Vec::new);
+        }
+        let slots = &mut self.slots[q];
+        if slots.len() <= t {
+            slots.resize(t + 1, None);
+        }
+        // A tag is in flight once at a time (the queue owns it until it
+        // completes), so the slot is free.
+        slots[t] = Some(p);
+    }
+}
+
+impl DataIo for Inflight {
+    fn source(&mut self, id: u64) -> Option<&[u8]> {
+        let p = *self.get(id)?;
+        let bytes = p.cmd.blocks as usize * self.page;
+        match p.cmd.op {
+            // SAFETY: the engine owns this request until it is finished
+            // (the `IoBufPtr` protocol), and the SSD holds this slice only
+            // while it copies from it, taking no other reference into it.
+            IoOp::Write => unsafe { p.buf.slice_mut(bytes) }.map(|b| &*b),
+            IoOp::WriteZeroes => self.zeroes.get(..bytes),
+            _ => None,
+        }
+    }
+
+    fn destination(&mut self, id: u64) -> Option<&mut [u8]> {
+        let p = self.get(id)?;
+        if p.cmd.op != IoOp::Read {
+            return None;
+        }
+        let bytes = p.cmd.blocks as usize * self.page;
+        // SAFETY: as in `source`; the SSD fills this slice and lets go of
+        // it before the request completes.
+        unsafe { p.buf.slice_mut(bytes) }
+    }
 }
 
 impl FtlBackend {
@@ -79,11 +139,14 @@ impl FtlBackend {
             keeps_data,
             page,
             vnow: 0,
-            inflight: Vec::new(),
+            inflight: Inflight {
+                slots: Vec::new(),
+                page: page as usize,
+                zeroes: Vec::new(),
+            },
             inflight_count: 0,
             done: Vec::new(),
             refused: Vec::new(),
-            pool: Vec::new(),
         })
     }
 
@@ -92,63 +155,28 @@ impl FtlBackend {
         &self.ssd
     }
 
-    /// A pooled buffer of `len` bytes whose contents are left over from
-    /// an earlier request: for payloads that are overwritten in full.
-    fn buffer(&mut self, len: usize) -> Vec<u8> {
-        let mut v = self.pool.pop().unwrap_or_default();
-        if v.len() != len {
-            v.resize(len, 0);
-        }
-        v
-    }
-
-    /// A pooled buffer of `len` zero bytes.
-    fn zeroed(&mut self, len: usize) -> Vec<u8> {
-        let mut v = self.buffer(len);
-        v.fill(0);
-        v
-    }
-
     fn finish(&mut self, d: Done, now_ns: u64, out: &mut Vec<Finished>) {
-        let (queue, tag) = ((d.completion.id >> 16) as usize, d.completion.id as u16);
-        let Some(p) = self
-            .inflight
-            .get_mut(queue)
-            .and_then(|q| q.get_mut(tag as usize))
-            .and_then(Option::take)
-        else {
+        let Some(p) = self.inflight.take(d.completion.id) else {
             return;
         };
         self.inflight_count -= 1;
         let bytes = p.cmd.blocks as usize * self.page as usize;
-        let mut result = if d.failed {
+        let result = if d.failed {
+            if let Some(e) = &d.error {
+                tracing::warn!(error = %e, cmd = ?p.cmd, "SSD failed a request");
+            }
             -libc::EIO
         } else if p.cmd.op.has_data() {
             bytes as i32
         } else {
             0
         };
-        match d.payload {
-            Payload::Read(data) => {
-                if result >= 0 {
-                    // SAFETY: the engine owns this request until it is
-                    // finished (the `IoBufPtr` protocol).
-                    match unsafe { p.buf.slice_mut(bytes) } {
-                        Some(buf) => buf.copy_from_slice(&data[..bytes]),
-                        None => result = -libc::EINVAL,
-                    }
-                }
-                self.pool.push(data);
-            }
-            Payload::Write(data) => self.pool.push(data),
-            Payload::None => {
-                if p.cmd.op == IoOp::Read && result >= 0 {
-                    // A timing-only SSD keeps no data: reads return zeroes.
-                    // SAFETY: as above.
-                    if let Some(buf) = unsafe { p.buf.slice_mut(bytes) } {
-                        buf.fill(0);
-                    }
-                }
+        if !self.keeps_data && p.cmd.op == IoOp::Read && result >= 0 {
+            // A timing-only SSD keeps no data: reads return zeroes.
+            // SAFETY: the engine owns this request until it is finished
+            // (the `IoBufPtr` protocol).
+            if let Some(buf) = unsafe { p.buf.slice_mut(bytes) } {
+                buf.fill(0);
             }
         }
         out.push(Finished {
@@ -180,44 +208,39 @@ impl Backend for FtlBackend {
             Timing::Emulate => now_ns,
         };
         let bytes = p.cmd.blocks as usize * self.page as usize;
-        let (op, payload) = match p.cmd.op {
-            IoOp::Read => (
-                Op::Read,
-                if self.keeps_data {
-                    Payload::Read(self.buffer(bytes))
+        // With a data store, the SSD takes a write's bytes straight from the
+        // IO buffer and fills a read's in place (see `Inflight`).
+        let data = if self.keeps_data {
+            Payload::External
+        } else {
+            Payload::None
+        };
+        let op = match p.cmd.op {
+            IoOp::Read | IoOp::Write => {
+                if self.keeps_data && (p.buf.is_empty() || p.buf.len() < bytes) {
+                    self.refused.push(refuse(&p, -libc::EINVAL, now_ns));
+                    return;
+                }
+                if p.cmd.op == IoOp::Read {
+                    Op::Read
                 } else {
-                    Payload::None
-                },
-            ),
-            IoOp::Write => {
-                if self.keeps_data {
-                    let mut data = self.buffer(bytes);
-                    // SAFETY: the engine owns this request until it is
-                    // finished (the `IoBufPtr` protocol).
-                    match unsafe { p.buf.slice_mut(bytes) } {
-                        Some(buf) => data.copy_from_slice(buf),
-                        None => {
-                            self.refused.push(refuse(&p, -libc::EINVAL, now_ns));
-                            return;
-                        }
-                    }
-                    (Op::Write, Payload::Write(data))
-                } else {
-                    (Op::Write, Payload::None)
+                    Op::Write
                 }
             }
             // Write-zeroes is a write of zeroes: the SSD has no cheaper way
             // that keeps the read-back contract.
-            IoOp::WriteZeroes => (
-                Op::Write,
-                if self.keeps_data {
-                    Payload::Write(self.zeroed(bytes))
-                } else {
-                    Payload::None
-                },
-            ),
-            IoOp::Discard => (Op::Discard, Payload::None),
-            IoOp::Flush => (Op::Flush, Payload::None),
+            IoOp::WriteZeroes => {
+                if self.keeps_data && self.inflight.zeroes.len() < bytes {
+                    self.inflight.zeroes.resize(bytes, 0);
+                }
+                Op::Write
+            }
+            IoOp::Discard => Op::Discard,
+            IoOp::Flush => Op::Flush,
+        };
+        let payload = match op {
+            Op::Read | Op::Write => data,
+            Op::Discard | Op::Flush => Payload::None,
         };
         let Ok(pages) = u32::try_from(p.cmd.blocks) else {
             self.refused.push(refuse(&p, -libc::EINVAL, now_ns));
@@ -231,17 +254,7 @@ impl Backend for FtlBackend {
         };
         match self.ssd.submit(t, req, payload) {
             Ok(()) => {
-                let (q, t) = (p.queue as usize, p.tag as usize);
-                if self.inflight.len() <= q {
-                    self.inflight.resize_with(q + 1, Vec::new);
-                }
-                let slots = &mut self.inflight[q];
-                if slots.len() <= t {
-                    slots.resize(t + 1, None);
-                }
-                // A tag is in flight once at a time (the queue owns it until
-                // it completes), so the slot is free.
-                slots[t] = Some(p);
+                self.inflight.insert(p);
                 self.inflight_count += 1;
             }
             Err(e) => {
@@ -255,12 +268,13 @@ impl Backend for FtlBackend {
         out.append(&mut self.refused);
         let mut done = std::mem::take(&mut self.done);
         match self.timing {
-            Timing::Emulate => self.ssd.advance(now_ns, &mut done),
+            Timing::Emulate => self.ssd.advance_with(now_ns, &mut done, &mut self.inflight),
             Timing::Off => {
                 // Run the model to idle on its own clock.
                 while let Some(t) = self.ssd.next_event() {
                     self.vnow = self.vnow.max(t);
-                    self.ssd.advance(self.vnow, &mut done);
+                    self.ssd
+                        .advance_with(self.vnow, &mut done, &mut self.inflight);
                 }
             }
         }
