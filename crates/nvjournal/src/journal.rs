@@ -183,24 +183,21 @@ impl Partition {
 
 /// The durable state most recently written to the commit area.
 struct Durable {
-    seq: u64,
-    epoch: u64,
-    excluded: Vec<u64>,
-    heads: Vec<u64>,
-    tails: Vec<u64>,
+    rec: Record,
+    /// Commit records written (a plain field: it changes only under this
+    /// lock, so counting costs no cache line of its own).
+    commits: u64,
+    /// Encoding buffer, reused: a commit allocates nothing here.
+    buf: Vec<u8>,
 }
 
 impl Durable {
-    /// A record of `kind` describing this durable state.
-    fn record(&self, kind: RecordKind) -> Record {
-        Record {
-            kind,
-            seq: self.seq,
-            epoch: self.epoch,
-            excluded: self.excluded.clone(),
-            heads: self.heads.clone(),
-            tails: self.tails.clone(),
-        }
+    /// Write the current state as a record of `kind` (with the next
+    /// sequence number) and make it durable.
+    fn write(&mut self, kind: RecordKind, region: &dyn Persist, geo: &Geometry) {
+        self.rec.seq += 1;
+        self.rec.kind = kind;
+        write_record(region, geo, &self.rec, &mut self.buf);
     }
 }
 
@@ -252,7 +249,6 @@ pub(crate) struct Inner {
     /// The baseline's journal-wide lock (None when partitioned).
     global_lock: Padded<Option<Mutex<()>>>,
     durable: Padded<Mutex<Durable>>,
-    commits: Padded<AtomicU64>,
     shared_commits: Padded<AtomicU64>,
 
     ckpt: Mutex<CkptState>,
@@ -368,7 +364,7 @@ impl Journal {
             heads: vec![0; n],
             tails: vec![0; n],
         };
-        write_record(region.as_ref(), &geo, &rec);
+        write_record(region.as_ref(), &geo, &rec, &mut Vec::new());
         region.sync()?;
         tracing::info!(mode = %region.mode(), partitions = n, slots = geo.slots, "journal created");
         Self::start(region, device, geo, cfg, &rec)
@@ -433,13 +429,10 @@ impl Journal {
             aborted: Padded::default(),
             global_lock: Padded((cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(()))),
             durable: Padded(Mutex::new(Durable {
-                seq: rec.seq,
-                epoch: rec.epoch,
-                excluded: rec.excluded.clone(),
-                heads: rec.heads.clone(),
-                tails: rec.tails.clone(),
+                rec: rec.clone(),
+                commits: 0,
+                buf: Vec::new(),
             })),
-            commits: Padded::default(),
             shared_commits: Padded::default(),
             ckpt: Mutex::new(CkptState::default()),
             ckpt_cv: Condvar::new(),
@@ -528,20 +521,11 @@ impl Journal {
             let clean = inner
                 .parts
                 .iter()
-                .zip(&d.heads)
+                .zip(&d.rec.heads)
                 .all(|(p, &h)| p.tail.load(Ordering::Acquire) >= h);
             if clean {
-                d.seq += 1;
-                let rec = Record {
-                    kind: RecordKind::Clean,
-                    seq: d.seq,
-                    epoch: d.epoch,
-                    excluded: d.excluded.clone(),
-                    heads: d.heads.clone(),
-                    tails: d.heads.clone(),
-                };
-                d.tails = rec.tails.clone();
-                write_record(inner.region.as_ref(), &inner.geo, &rec);
+                d.rec.tails = d.rec.heads.clone();
+                d.write(RecordKind::Clean, inner.region.as_ref(), &inner.geo);
                 inner.region.sync()?;
             }
         }
@@ -567,7 +551,7 @@ impl Journal {
                 .saturating_sub(i.abandoned.load(Ordering::Relaxed)),
             finished_txs: i.epochs.finished(),
             aborted_txs: i.aborted.load(Ordering::Relaxed),
-            commits: i.commits.load(Ordering::Relaxed),
+            commits: i.durable.lock().commits,
             shared_commits: i.shared_commits.load(Ordering::Relaxed),
             checkpoints: i.checkpoints.load(Ordering::Relaxed),
             checkpointed_blocks: i.checkpointed_blocks.load(Ordering::Relaxed),
@@ -671,11 +655,13 @@ fn check_config(cfg: &JournalConfig, device: &dyn BlockDevice) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
+/// Encode `rec` into `buf`, write it to its place in the commit area and
+/// make it durable.
+pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record, buf: &mut Vec<u8>) {
     let off = geo.record_offset(rec.seq);
-    let bytes = rec.encode(geo.record_size);
-    region.write(off, &bytes);
-    region.persist(off, bytes.len());
+    rec.encode_into(geo.record_size, buf);
+    region.write(off, buf);
+    region.persist(off, buf.len());
 }
 
 impl Tx {
@@ -723,18 +709,24 @@ impl Tx {
     /// part of the next commit.
     pub fn finish(mut self) -> Result<TxId> {
         self.done = true;
-        let inner = self.inner.clone();
+        // Borrow, don't clone, the journal: the Arc's count is one cache
+        // line every thread would otherwise write here.
+        let inner = &*self.inner;
         if let Err(e) = inner.check_running() {
             inner.abort(&self.slots, self.epoch);
             return Err(e);
         }
         {
             let _g = inner.global_lock.as_ref().map(lock_spinning);
-            for &(p, pos, block) in &self.slots {
-                let mut idx = inner.parts[p as usize].index.write();
-                let e = idx.entry(block).or_insert(pos);
-                if *e < pos {
-                    *e = pos;
+            // One index lock per partition touched, not one per block.
+            self.slots.sort_unstable_by_key(|&(p, pos, _)| (p, pos));
+            for part_slots in self.slots.chunk_by(|a, b| a.0 == b.0) {
+                let mut idx = inner.parts[part_slots[0].0 as usize].index.write();
+                for &(_, pos, block) in part_slots {
+                    let e = idx.entry(block).or_insert(pos);
+                    if *e < pos {
+                        *e = pos;
+                    }
                 }
             }
         }
@@ -803,9 +795,16 @@ impl Inner {
         let p = (block % u64::from(self.geo.partitions)) as usize;
         let part = &self.parts[p];
         let mut guard = self.global_lock.as_ref().map(lock_spinning);
-        let pos = part.ring.claim();
+        // The tail only grows, so one read before the claim is enough to
+        // know the slot is free; a claim inside the ring is then published
+        // at once: a commit scanning past `pos` waits only for this window.
         let tail = part.tail.load(Ordering::Acquire);
-        if pos >= tail + self.geo.slots {
+        let pos = part.ring.claim();
+        let inside = pos < tail + self.geo.slots;
+        if inside {
+            part.ring.publish_claim(pos, block, epoch);
+        }
+        if !inside && pos >= part.tail.load(Ordering::Acquire) + self.geo.slots {
             // The baseline must not hold its lock while waiting: the commit
             // that frees space needs it.
             drop(guard.take());
@@ -820,9 +819,11 @@ impl Inner {
                 self.high_water.store(true, Ordering::Relaxed);
             }
         }
-        // Tell committers whose epoch this slot belongs to, so that a commit
-        // not covering it does not wait for this stage to finish.
-        part.ring.publish_claim(pos, block, epoch);
+        if !inside {
+            // Tell committers whose epoch this slot belongs to, so that a
+            // commit not covering it does not wait for this stage to finish.
+            part.ring.publish_claim(pos, block, epoch);
+        }
         let off = self.geo.slot_offset(p, pos);
         let header = SlotHeader {
             pos,
@@ -1091,25 +1092,23 @@ impl Inner {
             // skip the write if the newest record already contains ours.
             let newest = Cover {
                 counted: 0,
-                top: d.epoch,
-                excluded: d.excluded.clone(),
+                top: d.rec.epoch,
+                excluded: d.rec.excluded.clone(),
             };
             if newest.contains(&cover) {
                 self.shared_commits.fetch_add(1, Ordering::Relaxed);
             } else {
                 let merged = newest.union(&cover);
-                d.seq += 1;
-                d.epoch = merged.top;
-                d.excluded = merged.excluded;
-                for (dh, &h) in d.heads.iter_mut().zip(&target.heads) {
+                d.rec.epoch = merged.top;
+                d.rec.excluded = merged.excluded;
+                for (dh, &h) in d.rec.heads.iter_mut().zip(&target.heads) {
                     *dh = (*dh).max(h);
                 }
-                let rec = d.record(RecordKind::Commit);
-                write_record(self.region.as_ref(), &self.geo, &rec);
+                d.write(RecordKind::Commit, self.region.as_ref(), &self.geo);
                 self.region
                     .sync()
                     .map_err(|e| self.fail(format!("region sync: {e}")))?;
-                self.commits.fetch_add(1, Ordering::Relaxed);
+                d.commits += 1;
             }
         }
         drop(g);
@@ -1177,9 +1176,9 @@ impl Inner {
         let target = {
             let d = self.durable.lock();
             CkptTarget {
-                epoch: d.epoch,
-                excluded: d.excluded.clone(),
-                heads: d.heads.clone(),
+                epoch: d.rec.epoch,
+                excluded: d.rec.excluded.clone(),
+                heads: d.rec.heads.clone(),
             }
         };
         let has_holes = self.parts.iter().any(|p| !p.holes.lock().is_empty());
@@ -1335,12 +1334,10 @@ impl Inner {
             .collect();
         {
             let mut d = self.durable.lock();
-            for (t, r) in d.tails.iter_mut().zip(&results) {
+            for (t, r) in d.rec.tails.iter_mut().zip(&results) {
                 *t = (*t).max(r.0);
             }
-            d.seq += 1;
-            let rec = d.record(RecordKind::Checkpoint);
-            write_record(self.region.as_ref(), &self.geo, &rec);
+            d.write(RecordKind::Checkpoint, self.region.as_ref(), &self.geo);
             self.region.sync()?;
         }
         let mut blocks = 0;

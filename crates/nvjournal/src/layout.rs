@@ -267,31 +267,40 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// Encode into the bytes actually used (at most `size`): fixed fields,
-    /// heads, tails, excluded epochs, crc32c over all of them.
+    #[cfg(test)]
     pub(crate) fn encode(&self, size: u64) -> Vec<u8> {
+        let mut b = Vec::new();
+        self.encode_into(size, &mut b);
+        b
+    }
+
+    /// Encode into `b` (cleared first; callers reuse one buffer) the bytes
+    /// actually used (at most `size`): fixed fields, heads, tails, excluded
+    /// epochs, crc32c over all of them.
+    pub(crate) fn encode_into(&self, size: u64, b: &mut Vec<u8>) {
         let n = self.heads.len();
         let k = self.excluded.len();
         assert!(k <= MAX_EXCLUDED, "too many excluded epochs in a record");
         let crc_at = 32 + 16 * n + 8 * k;
         assert!(crc_at as u64 + 4 <= size, "record larger than its slot");
-        let mut b = vec![0u8; crc_at + 4];
-        put32(&mut b, 0, REC_MAGIC);
-        put32(&mut b, 4, self.kind as u32);
-        put64(&mut b, 8, self.seq);
-        put64(&mut b, 16, self.epoch);
-        put32(&mut b, 24, n as u32);
-        put32(&mut b, 28, k as u32);
+        b.clear();
+        b.resize(crc_at + 4, 0);
+        let b = &mut b[..];
+        put32(b, 0, REC_MAGIC);
+        put32(b, 4, self.kind as u32);
+        put64(b, 8, self.seq);
+        put64(b, 16, self.epoch);
+        put32(b, 24, n as u32);
+        put32(b, 28, k as u32);
         for i in 0..n {
-            put64(&mut b, 32 + 8 * i, self.heads[i]);
-            put64(&mut b, 32 + 8 * n + 8 * i, self.tails[i]);
+            put64(b, 32 + 8 * i, self.heads[i]);
+            put64(b, 32 + 8 * n + 8 * i, self.tails[i]);
         }
         for (i, &e) in self.excluded.iter().enumerate() {
-            put64(&mut b, 32 + 16 * n + 8 * i, e);
+            put64(b, 32 + 16 * n + 8 * i, e);
         }
         let crc = crc32c::crc32c(&b[..crc_at]);
-        put32(&mut b, crc_at, crc);
-        b
+        put32(b, crc_at, crc);
     }
 
     /// Parse a record; `None` if it is torn, foreign or inconsistent.

@@ -83,7 +83,7 @@ pub(crate) fn recover(
         heads: start.clone(),
         tails: start,
     };
-    write_record(region, geo, &rec);
+    write_record(region, geo, &rec, &mut Vec::new());
     region.sync()?;
     Ok((rec, report))
 }
