@@ -228,7 +228,7 @@ impl Ssd {
         let g = cfg.geometry();
         let store: Box<dyn Store> = match &cfg.store {
             StoreKind::None => Box::new(NoStore),
-            StoreKind::Memory => Box::new(MemStore::new(g.physical_pages)),
+            StoreKind::Memory => Box::new(MemStore::new(g.physical_pages, g.page_size)),
             StoreKind::File { path } => {
                 return Err(FtlError::Unsupported(format!(
                     "a file store ({}) is opened with Ssd::open",

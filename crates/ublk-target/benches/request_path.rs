@@ -2,8 +2,8 @@
 //! same `serve` path the kernel drives):
 //!
 //! - `inproc/*`: one core, fake queue → scheduler → device → completion,
-//!   batches of 64 × 4 KiB reads, timed in thread CPU time; ns per request
-//!   = overhead per IO.
+//!   batches of 64 × 4 KiB reads (or writes), timed in thread CPU time; ns
+//!   per request = overhead per IO.
 //! - `handoff/*`: 4 queue threads + the engine thread, queue swapping vs a
 //!   lock per request.
 //! - `qd1/*`: one request at a time round trip, polling vs sleeping.
@@ -29,6 +29,15 @@ fn reads(batch: u16, round: u64) -> Vec<(u16, RawDesc)> {
         .map(|t| {
             let block = (round * 7919 + u64::from(t) * 131) % BLOCKS;
             (t, RawDesc::new(op::READ, block * 8, 8))
+        })
+        .collect()
+}
+
+fn writes(batch: u16, round: u64) -> Vec<(u16, RawDesc)> {
+    (0..batch)
+        .map(|t| {
+            let block = (round * 6007 + u64::from(t) * 257) % BLOCKS;
+            (t, RawDesc::new(op::WRITE, block * 8, 8))
         })
         .collect()
 }
@@ -116,6 +125,27 @@ fn inproc(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let start = thread_cpu_time();
                 for _ in 0..iters {
+                    handle.submit_many(&batches[round % batches.len()]).unwrap();
+                    round += 1;
+                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+                    engine.step();
+                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+                    done.clear();
+                    handle.drain_completions(&mut done);
+                    assert_eq!(done.len(), BATCH as usize);
+                }
+                thread_cpu_time() - start
+            })
+        });
+        // The same with writes (random blocks, every write overwrites):
+        // for the SSD this includes its buffer flushes and GC copies.
+        let batches: Vec<_> = (0..16).map(|r| writes(BATCH, r)).collect();
+        g.bench_function(BenchmarkId::new("write4k-batch64", &name), |b| {
+            b.iter_custom(|iters| {
+                let start = thread_cpu_time();
+                for _ in 0..iters {
+                    // The tags' buffers still hold earlier data: the
+                    // client's own copy is not the target's cost.
                     handle.submit_many(&batches[round % batches.len()]).unwrap();
                     round += 1;
                     serve_once(&mut queue, &mut side, &mut scratch).unwrap();
@@ -336,7 +366,10 @@ fn qd1_latencies(poll: bool, n: usize) -> Vec<u64> {
 /// polling vs sleeping. Wall time, so it needs idle cores to mean much;
 /// the median (printed) is less disturbed by preemption than the mean.
 fn qd1(c: &mut Criterion) {
-    for poll in [true, false] {
+    for poll in [true, false]
+        .into_iter()
+        .filter(|_| filter_may_select("qd1"))
+    {
         let lat = qd1_latencies(poll, 20_000);
         let q = |f: f64| lat[((lat.len() - 1) as f64 * f) as usize] as f64 / 1e3;
         eprintln!(
@@ -363,6 +396,18 @@ fn qd1(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// Whether the bench's name filter (the command line's positional
+/// arguments, if any) may select group `group`: work outside criterion's
+/// `bench_function` (the printed QD1 percentiles) is skipped otherwise, so
+/// `-- inproc` runs (and profiles) the in-process path alone.
+fn filter_may_select(group: &str) -> bool {
+    let mut filters = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-') && a.parse::<f64>().is_err())
+        .peekable();
+    filters.peek().is_none() || filters.any(|f| f.contains(group) || group.contains(&f))
 }
 
 criterion_group!(benches, inproc, handoff, qd1);
