@@ -158,8 +158,9 @@ struct Partition {
     /// Ring position this partition started at (for the stats).
     start: u64,
     journal_reads: Padded<AtomicU64>,
-    /// Newest finished version of each block in this ring: block -> pos.
-    index: Padded<RwLock<HashMap<u64, u64>>>,
+    /// Newest finished version of each block in this ring: block -> pos,
+    /// in [`INDEX_SHARDS`] shards (see [`Partition::index`]).
+    index: Box<[Padded<RwLock<HashMap<u64, u64>>>]>,
     /// Positions claimed past the ring's capacity by stages that gave up
     /// (`JournalError::Full`); marked aborted once the ring has room.
     holes: Mutex<Vec<u64>>,
@@ -174,11 +175,30 @@ impl Partition {
             tail: Padded(AtomicU64::new(start)),
             start,
             journal_reads: Padded::default(),
-            index: Padded(RwLock::new(HashMap::default())),
+            index: (0..INDEX_SHARDS)
+                .map(|_| Padded(RwLock::new(HashMap::default())))
+                .collect(),
             holes: Mutex::new(Vec::new()),
             ckpt_result: Mutex::new((start, Vec::new())),
         }
     }
+
+    /// The index shard holding `block`. Threads finishing transactions
+    /// update the index of every partition they staged into; with one map
+    /// per partition each update would take a lock line and hash buckets
+    /// the other cores just wrote. Shards make that rare.
+    fn index(&self, block: u64) -> &RwLock<HashMap<u64, u64>> {
+        &self.index[index_shard(block)]
+    }
+}
+
+/// Index shards per partition.
+const INDEX_SHARDS: usize = 16;
+
+fn index_shard(block: u64) -> usize {
+    // Fibonacci hashing: consecutive blocks of a partition (a stride of
+    // the partition count apart) spread over the shards.
+    (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % INDEX_SHARDS
 }
 
 /// The durable state most recently written to the commit area.
@@ -719,10 +739,15 @@ impl Tx {
         {
             let _g = inner.global_lock.as_ref().map(lock_spinning);
             // One index lock per partition touched, not one per block.
-            self.slots.sort_unstable_by_key(|&(p, pos, _)| (p, pos));
-            for part_slots in self.slots.chunk_by(|a, b| a.0 == b.0) {
-                let mut idx = inner.parts[part_slots[0].0 as usize].index.write();
-                for &(_, pos, block) in part_slots {
+            self.slots
+                .sort_unstable_by_key(|&(p, pos, block)| (p, index_shard(block), pos));
+            let same_shard = |a: &(u32, u64, u64), b: &(u32, u64, u64)| {
+                a.0 == b.0 && index_shard(a.2) == index_shard(b.2)
+            };
+            for shard_slots in self.slots.chunk_by(same_shard) {
+                let (p, _, first_block) = shard_slots[0];
+                let mut idx = inner.parts[p as usize].index(first_block).write();
+                for &(_, pos, block) in shard_slots {
                     let e = idx.entry(block).or_insert(pos);
                     if *e < pos {
                         *e = pos;
@@ -940,7 +965,7 @@ impl Inner {
         let part = &self.parts[p];
         {
             // The read lock keeps the slot from being freed while we copy.
-            let idx = part.index.read();
+            let idx = part.index(block).read();
             if let Some(&pos) = idx.get(&block) {
                 let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
                 // SAFETY: the slot was published by a finished transaction
@@ -1343,14 +1368,18 @@ impl Inner {
         let mut blocks = 0;
         for (part, (new_tail, written)) in self.parts.iter().zip(results) {
             blocks += written.len() as u64;
-            {
-                let mut idx = part.index.write();
-                for (b, pos) in written {
+            let mut written = written;
+            written.sort_unstable_by_key(|&(b, _)| (index_shard(b), b));
+            for shard in written.chunk_by(|a, b| index_shard(a.0) == index_shard(b.0)) {
+                let mut idx = part.index(shard[0].0).write();
+                for &(b, pos) in shard {
                     if idx.get(&b) == Some(&pos) {
                         idx.remove(&b);
                     }
                 }
             }
+            // Only now, with every shard updated, may the tail pass these
+            // slots (a reader holding a shard's read lock keeps its slot).
             part.tail.fetch_max(new_tail, Ordering::AcqRel);
             // Freed aborted slots may not have been passed by the commit
             // worker yet; once reused they never would be.
