@@ -160,7 +160,7 @@ struct Partition {
     journal_reads: Padded<AtomicU64>,
     /// Newest finished version of each block in this ring: block -> pos,
     /// in [`INDEX_SHARDS`] shards (see [`Partition::index`]).
-    index: Box<[Padded<RwLock<HashMap<u64, u64>>>]>,
+    index: Box<[Padded<IndexShard>]>,
     /// Positions claimed past the ring's capacity by stages that gave up
     /// (`JournalError::Full`); marked aborted once the ring has room.
     holes: Mutex<Vec<u64>>,
@@ -187,10 +187,13 @@ impl Partition {
     /// update the index of every partition they staged into; with one map
     /// per partition each update would take a lock line and hash buckets
     /// the other cores just wrote. Shards make that rare.
-    fn index(&self, block: u64) -> &RwLock<HashMap<u64, u64>> {
+    fn index(&self, block: u64) -> &IndexShard {
         &self.index[index_shard(block)]
     }
 }
+
+/// Part of a partition's index: block -> ring position.
+type IndexShard = RwLock<HashMap<u64, u64>>;
 
 /// Index shards per partition.
 const INDEX_SHARDS: usize = 16;
