@@ -82,8 +82,9 @@ pub struct Done {
     /// or the request itself could not be served ([`error`](Self::error)).
     pub failed: bool,
     /// Why this request alone failed, changing nothing (its external
-    /// buffer was missing or of the wrong size); `None` otherwise.
-    pub error: Option<RequestError>,
+    /// buffer was missing or of the wrong size); `None` otherwise. Boxed:
+    /// it is rare, and every completion carries the field.
+    pub error: Option<Box<RequestError>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -732,7 +733,7 @@ impl Ssd {
     /// Complete a request that could not be served, at its dispatch time,
     /// having changed nothing (the device goes on).
     fn refuse(&mut self, q: Queued, dispatch_ns: u64, error: RequestError) {
-        self.complete(q, dispatch_ns, dispatch_ns, Some(error));
+        self.complete(q, dispatch_ns, dispatch_ns, Some(Box::new(error)));
     }
 
     fn finish(&mut self, q: Queued, dispatch_ns: u64, r: Result<u64, FtlError>) {
@@ -763,7 +764,13 @@ impl Ssd {
         }
     }
 
-    fn complete(&mut self, q: Queued, dispatch_ns: u64, done_ns: u64, error: Option<RequestError>) {
+    fn complete(
+        &mut self,
+        q: Queued,
+        dispatch_ns: u64,
+        done_ns: u64,
+        error: Option<Box<RequestError>>,
+    ) {
         self.push_done(Done {
             completion: Completion {
                 id: q.req.id,

@@ -325,14 +325,14 @@ fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
     for id in [2, 5] {
         assert!(by_id[&id].failed);
         assert!(matches!(
-            by_id[&id].error,
-            Some(RequestError::BufferMissing { id: i, .. }) if i == id
+            by_id[&id].error.as_deref(),
+            Some(&RequestError::BufferMissing { id: i, .. }) if i == id
         ));
     }
     for id in [3, 4] {
         assert!(by_id[&id].failed);
         assert!(matches!(
-            by_id[&id].error,
+            by_id[&id].error.as_deref(),
             Some(RequestError::PayloadSize { .. })
         ));
     }
@@ -363,7 +363,7 @@ fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
     }
     assert!(out[0].failed);
     assert!(matches!(
-        out[0].error,
+        out[0].error.as_deref(),
         Some(RequestError::BufferMissing { .. })
     ));
     assert_eq!(ssd.fault(), None);
