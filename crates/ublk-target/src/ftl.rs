@@ -230,6 +230,8 @@ impl Backend for FtlBackend {
             // Write-zeroes is a write of zeroes: the SSD has no cheaper way
             // that keeps the read-back contract.
             IoOp::WriteZeroes => {
+                // One shared zero source, as long as the longest write-zeroes
+                // so far (the kernel sends at most `max_io_buf_bytes`).
                 if self.keeps_data && self.inflight.zeroes.len() < bytes {
                     self.inflight.zeroes.resize(bytes, 0);
                 }
