@@ -816,11 +816,23 @@ impl Inner {
         Ok(())
     }
 
+    /// The partition of `block` (`block % partitions`, a mask when the
+    /// count is a power of two: no division on the stage path).
+    #[inline]
+    fn partition_of(&self, block: u64) -> usize {
+        let n = u64::from(self.geo.partitions);
+        if n.is_power_of_two() {
+            (block & (n - 1)) as usize
+        } else {
+            (block % n) as usize
+        }
+    }
+
     /// Stage one block; returns (partition, position).
     fn stage(&self, block: u64, data: &[u8], txid: u64, epoch: u64) -> Result<(u32, u64)> {
         self.check_running()?;
         self.check_buf(block, data.len())?;
-        let p = (block % u64::from(self.geo.partitions)) as usize;
+        let p = self.partition_of(block);
         let part = &self.parts[p];
         let mut guard = self.global_lock.as_ref().map(lock_spinning);
         // The tail only grows, so one read before the claim is enough to
@@ -828,9 +840,11 @@ impl Inner {
         // at once: a commit scanning past `pos` waits only for this window.
         let tail = part.tail.load(Ordering::Acquire);
         let pos = part.ring.claim();
+        let index = pos % self.geo.slots;
+        let meta = part.ring.slot_at(index);
         let inside = pos < tail + self.geo.slots;
         if inside {
-            part.ring.publish_claim(pos, block, epoch);
+            meta.publish_claim(pos, block, epoch);
         }
         if !inside && pos >= part.tail.load(Ordering::Acquire) + self.geo.slots {
             // The baseline must not hold its lock while waiting: the commit
@@ -850,9 +864,9 @@ impl Inner {
         if !inside {
             // Tell committers whose epoch this slot belongs to, so that a
             // commit not covering it does not wait for this stage to finish.
-            part.ring.publish_claim(pos, block, epoch);
+            meta.publish_claim(pos, block, epoch);
         }
-        let off = self.geo.slot_offset(p, pos);
+        let off = self.geo.slot_offset_at(p, index);
         let header = SlotHeader {
             pos,
             block,
@@ -872,7 +886,7 @@ impl Inner {
         };
         self.region.write(off + FLAG_AT, &FLAG_STAGED.to_le_bytes());
         self.region.persist(off + FLAG_AT, 8);
-        part.ring.publish_staged(pos);
+        meta.publish_staged(pos);
         drop(guard);
         Ok((p as u32, pos))
     }
@@ -964,7 +978,7 @@ impl Inner {
 
     fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
         self.check_buf(block, buf.len())?;
-        let p = (block % u64::from(self.geo.partitions)) as usize;
+        let p = self.partition_of(block);
         let part = &self.parts[p];
         {
             // The read lock keeps the slot from being freed while we copy.

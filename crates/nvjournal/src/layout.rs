@@ -128,7 +128,12 @@ impl Geometry {
     /// Offset of ring position `pos` of partition `p`.
     #[inline]
     pub(crate) fn slot_offset(&self, p: usize, pos: u64) -> usize {
-        (self.ring_offset + (p as u64 * self.slots + pos % self.slots) * self.slot_size) as usize
+        self.slot_offset_at(p, pos % self.slots)
+    }
+
+    /// Offset of slot `index` (`pos % slots`) of partition `p`.
+    pub(crate) fn slot_offset_at(&self, p: usize, index: u64) -> usize {
+        (self.ring_offset + (p as u64 * self.slots + index) * self.slot_size) as usize
     }
 
     /// Offset of commit record number `seq` (a ring of `record_count`).

@@ -59,6 +59,22 @@ pub struct SlotMeta {
     pub epoch: AtomicU64,
 }
 
+impl SlotMeta {
+    /// [`Ring::publish_claim`] on a slot already looked up.
+    #[inline]
+    pub fn publish_claim(&self, pos: u64, block: u64, epoch: u64) {
+        self.block.store(block, Ordering::Relaxed);
+        self.epoch.store(epoch, Ordering::Relaxed);
+        self.state.store(claimed(pos), Ordering::Release);
+    }
+
+    /// [`Ring::publish_staged`] on a slot already looked up.
+    #[inline]
+    pub fn publish_staged(&self, pos: u64) {
+        self.state.store(staged(pos), Ordering::Release);
+    }
+}
+
 /// The lock-free part of one partition ring.
 pub struct Ring {
     slots: u64,
@@ -84,7 +100,14 @@ impl Ring {
     /// The slot of ring position `pos`.
     #[inline]
     pub fn slot(&self, pos: u64) -> &SlotMeta {
-        &self.meta[(pos % self.slots) as usize]
+        self.slot_at(pos % self.slots)
+    }
+
+    /// The slot at index `index` (`pos % slots`, for callers that need the
+    /// index for other things too: one division per stage, not three).
+    #[inline]
+    pub fn slot_at(&self, index: u64) -> &SlotMeta {
+        &self.meta[index as usize]
     }
 
     /// Claim the next position: the one atomic add of the paper. The slot
@@ -98,16 +121,13 @@ impl Ring {
     /// commit not covering that epoch need not wait for the copy.
     #[inline]
     pub fn publish_claim(&self, pos: u64, block: u64, epoch: u64) {
-        let m = self.slot(pos);
-        m.block.store(block, Ordering::Relaxed);
-        m.epoch.store(epoch, Ordering::Relaxed);
-        m.state.store(claimed(pos), Ordering::Release);
+        self.slot(pos).publish_claim(pos, block, epoch);
     }
 
     /// The slot's data and flag are durable.
     #[inline]
     pub fn publish_staged(&self, pos: u64) {
-        self.slot(pos).state.store(staged(pos), Ordering::Release);
+        self.slot(pos).publish_staged(pos);
     }
 
     /// The slot's `ABORTED` flag is durable (or it was never written and
@@ -258,7 +278,14 @@ impl Epochs {
 
     #[inline]
     fn mark(&self, epoch: u64) -> &AtomicU64 {
-        &self.done[(epoch % self.done.len() as u64) as usize]
+        let len = self.done.len() as u64;
+        // The journal's ring is a power of two: a mask, not a division.
+        let i = if len.is_power_of_two() {
+            epoch & (len - 1)
+        } else {
+            epoch % len
+        };
+        &self.done[i as usize]
     }
 
     /// A new transaction's epoch.
