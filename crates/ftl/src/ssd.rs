@@ -59,6 +59,17 @@ pub trait DataIo {
     fn destination(&mut self, id: u64) -> Option<&mut [u8]>;
 }
 
+/// Buffers by request id: lend one by inserting it before the request is
+/// submitted, take it back after the request is done.
+impl DataIo for std::collections::HashMap<u64, Vec<u8>> {
+    fn source(&mut self, id: u64) -> Option<&[u8]> {
+        self.get(&id).map(|b| &b[..])
+    }
+    fn destination(&mut self, id: u64) -> Option<&mut [u8]> {
+        self.get_mut(&id).map(|b| &mut b[..])
+    }
+}
+
 /// No caller buffers: every [`Payload::External`] request fails
 /// (what [`Ssd::advance`] uses).
 struct NoBuffers;
@@ -536,23 +547,14 @@ impl Ssd {
     /// SSD's write buffer or store as it serves them.
     ///
     /// ```
-    /// use ptsd_ftl::{DataIo, FtlConfig, Op, Payload, Request, Ssd, StoreKind, Variant};
-    ///
-    /// /// The caller's buffers, by request id.
-    /// struct Buffers(Vec<Vec<u8>>);
-    /// impl DataIo for Buffers {
-    ///     fn source(&mut self, id: u64) -> Option<&[u8]> {
-    ///         self.0.get(id as usize).map(|b| &b[..])
-    ///     }
-    ///     fn destination(&mut self, id: u64) -> Option<&mut [u8]> {
-    ///         self.0.get_mut(id as usize).map(|b| &mut b[..])
-    ///     }
-    /// }
+    /// use std::collections::HashMap;
+    /// use ptsd_ftl::{FtlConfig, Op, Payload, Request, Ssd, StoreKind, Variant};
     ///
     /// let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
     /// cfg.store = StoreKind::Memory;
     /// let mut ssd = Ssd::new(cfg).unwrap();
-    /// let mut bufs = Buffers(vec![vec![7; 4096], vec![0; 4096]]);
+    /// // The caller's buffers, by request id.
+    /// let mut bufs: HashMap<u64, Vec<u8>> = HashMap::from([(0, vec![7; 4096]), (1, vec![0; 4096])]);
     /// ssd.submit(0, Request { id: 0, op: Op::Write, lpn: 5, pages: 1 }, Payload::External).unwrap();
     /// ssd.submit(0, Request { id: 1, op: Op::Read, lpn: 5, pages: 1 }, Payload::External).unwrap();
     /// let mut done = Vec::new();
@@ -560,7 +562,7 @@ impl Ssd {
     ///     ssd.advance_with(t, &mut done, &mut bufs);
     /// }
     /// assert!(done.iter().all(|d| !d.failed));
-    /// assert_eq!(bufs.0[1], vec![7; 4096]);
+    /// assert_eq!(bufs[&1], vec![7; 4096]);
     /// ```
     pub fn advance_with(&mut self, now_ns: u64, out: &mut Vec<Done>, buffers: &mut dyn DataIo) {
         let mut limit = now_ns;
@@ -733,7 +735,7 @@ impl Ssd {
     /// Complete a request that could not be served, at its dispatch time,
     /// having changed nothing (the device goes on).
     fn refuse(&mut self, q: Queued, dispatch_ns: u64, error: RequestError) {
-        self.complete(q, dispatch_ns, dispatch_ns, Some(Box::new(error)));
+        self.complete(q, dispatch_ns, dispatch_ns, true, Some(Box::new(error)));
     }
 
     fn finish(&mut self, q: Queued, dispatch_ns: u64, r: Result<u64, FtlError>) {
@@ -742,33 +744,24 @@ impl Ssd {
                 // Read priority flushes only once nothing is in service, so
                 // the host has reacted to every completion first.
                 self.busy_until = self.busy_until.max(t);
-                self.complete(q, dispatch_ns, t, None);
+                self.complete(q, dispatch_ns, t, false, None);
             }
             Err(e) => {
                 if self.fault.is_none() {
                     self.fault = Some(e.to_string());
                 }
-                self.push_done(Done {
-                    completion: Completion {
-                        id: q.req.id,
-                        op: q.req.op,
-                        submit_ns: q.submit_ns,
-                        dispatch_ns,
-                        done_ns: dispatch_ns,
-                    },
-                    payload: q.payload,
-                    failed: true,
-                    error: None,
-                });
+                self.complete(q, dispatch_ns, dispatch_ns, true, None);
             }
         }
     }
 
+    /// Hand `q` back; `failed` with no `error` means the device failed.
     fn complete(
         &mut self,
         q: Queued,
         dispatch_ns: u64,
         done_ns: u64,
+        failed: bool,
         error: Option<Box<RequestError>>,
     ) {
         self.push_done(Done {
@@ -780,7 +773,7 @@ impl Ssd {
                 done_ns,
             },
             payload: q.payload,
-            failed: error.is_some(),
+            failed,
             error,
         });
     }

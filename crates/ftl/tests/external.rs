@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use ptsd_ftl::{
-    Completion, DataIo, Done, FtlConfig, Op, Payload, Request, RequestError, SchedulerKind,
-    SchemeConfig, Ssd, StoreKind, Variant,
+    Completion, Done, FtlConfig, Op, Payload, Request, RequestError, SchedulerKind, SchemeConfig,
+    Ssd, StoreKind, Variant,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -15,17 +15,7 @@ use rand::{Rng, SeedableRng};
 const PAGE: usize = 512;
 
 /// Caller-owned buffers by request id.
-#[derive(Default)]
-struct Lent(HashMap<u64, Vec<u8>>);
-
-impl DataIo for Lent {
-    fn source(&mut self, id: u64) -> Option<&[u8]> {
-        self.0.get(&id).map(|b| &b[..])
-    }
-    fn destination(&mut self, id: u64) -> Option<&mut [u8]> {
-        self.0.get_mut(&id).map(|b| &mut b[..])
-    }
-}
+type Lent = HashMap<u64, Vec<u8>>;
 
 /// A tiny device (4 chips, 8-page blocks, 512 B pages) that garbage
 /// collects often.
@@ -71,96 +61,112 @@ fn drain(ssd: &mut Ssd, lent: &mut Lent) -> Vec<Done> {
     out
 }
 
-/// One seeded closed-loop run at queue depth 8 (writes of 1–3 pages,
-/// reads, a few discards and flushes), checking every read against an
-/// oracle. Returns every completion and the SSD's final counters.
-fn closed_loop(scheduler: SchedulerKind, external: bool, seed: u64) -> (Vec<Completion>, String) {
-    let mut ssd = Ssd::new(tiny(scheduler)).unwrap();
-    let logical = ssd.logical_pages();
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut oracle: HashMap<u64, Vec<u8>> = HashMap::new();
+/// The host side of [`closed_loop`]: what it submitted and what each read
+/// must return.
+struct Host {
+    rng: SmallRng,
+    external: bool,
+    logical: u64,
+    lent: Lent,
+    oracle: HashMap<u64, Vec<u8>>,
     // What each read in flight must return, fixed when it is submitted:
     // requests are served in order per LPN only for the same kind, so the
     // loop keeps at most one request per LPN in flight.
-    let mut expect: HashMap<u64, (u64, Vec<Vec<u8>>)> = HashMap::new();
-    let mut busy: HashMap<u64, u64> = HashMap::new();
-    let mut lent = Lent::default();
-    let mut completions = Vec::new();
-    let mut next_id = 0u64;
-    let total = 3000u64;
-    let mut now = 0u64;
-    let submit_one = |id: u64,
-                      ssd: &mut Ssd,
-                      now: u64,
-                      rng: &mut SmallRng,
-                      lent: &mut Lent,
-                      oracle: &mut HashMap<u64, Vec<u8>>,
-                      expect: &mut HashMap<u64, (u64, Vec<Vec<u8>>)>,
-                      busy: &mut HashMap<u64, u64>| {
-        let r = rng.gen_range(0..100);
-        let pages = if r >= 98 { 0 } else { rng.gen_range(1..=3u32) };
-        // A free extent: no request in flight touches it.
+    expect: HashMap<u64, (u64, Vec<Vec<u8>>)>,
+    busy: HashMap<u64, u64>,
+    /// Extent of each request in flight: id -> (lpn, pages).
+    extents: HashMap<u64, (u64, u32)>,
+    next_id: u64,
+}
+
+impl Host {
+    /// Submit the next random request on an extent no request in flight
+    /// touches.
+    fn submit_one(&mut self, ssd: &mut Ssd, now: u64) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let r = self.rng.gen_range(0..100);
+        let pages = if r >= 98 {
+            0
+        } else {
+            self.rng.gen_range(1..=3u32)
+        };
         let lpn = loop {
-            let lpn = rng.gen_range(0..logical - 3);
-            if (lpn..lpn + u64::from(pages)).all(|p| !busy.contains_key(&p)) {
+            let lpn = self.rng.gen_range(0..self.logical - 3);
+            if (lpn..lpn + u64::from(pages)).all(|p| !self.busy.contains_key(&p)) {
                 break lpn;
             }
         };
         for p in lpn..lpn + u64::from(pages) {
-            busy.insert(p, id);
+            self.busy.insert(p, id);
         }
         let (op, payload) = if r < 45 {
             let mut data = Vec::new();
             for p in lpn..lpn + u64::from(pages) {
                 let b = page_bytes(p, id);
                 data.extend_from_slice(&b);
-                oracle.insert(p, b);
+                self.oracle.insert(p, b);
             }
             (Op::Write, Payload::Write(data))
         } else if r < 95 {
             let want = (lpn..lpn + u64::from(pages))
-                .map(|p| oracle.get(&p).cloned().unwrap_or_else(|| vec![0; PAGE]))
+                .map(|p| {
+                    self.oracle
+                        .get(&p)
+                        .cloned()
+                        .unwrap_or_else(|| vec![0; PAGE])
+                })
                 .collect();
-            expect.insert(id, (lpn, want));
+            self.expect.insert(id, (lpn, want));
             (Op::Read, Payload::Read(vec![0xAA; pages as usize * PAGE]))
         } else if r < 98 {
             for p in lpn..lpn + u64::from(pages) {
-                oracle.remove(&p);
+                self.oracle.remove(&p);
             }
             (Op::Discard, Payload::None)
         } else {
             (Op::Flush, Payload::None)
         };
         let payload = match payload {
-            Payload::Write(b) | Payload::Read(b) if external => {
-                lent.0.insert(id, b);
+            Payload::Write(b) | Payload::Read(b) if self.external => {
+                self.lent.insert(id, b);
                 Payload::External
             }
             p => p,
         };
         ssd.submit(now, req(id, op, lpn, pages), payload).unwrap();
-        (id, lpn, pages)
+        self.extents.insert(id, (lpn, pages));
+    }
+}
+
+/// One seeded closed-loop run at queue depth 8 (writes of 1–3 pages,
+/// reads, a few discards and flushes), checking every read against an
+/// oracle. Returns every completion and the SSD's final counters.
+fn closed_loop(scheduler: SchedulerKind, external: bool, seed: u64) -> (Vec<Completion>, String) {
+    let mut ssd = Ssd::new(tiny(scheduler)).unwrap();
+    let logical = ssd.logical_pages();
+    let mut host = Host {
+        rng: SmallRng::seed_from_u64(seed),
+        external,
+        logical,
+        lent: Lent::default(),
+        oracle: HashMap::new(),
+        expect: HashMap::new(),
+        busy: HashMap::new(),
+        extents: HashMap::new(),
+        next_id: 0,
     };
-    let mut extents: HashMap<u64, (u64, u32)> = HashMap::new();
+    let mut completions = Vec::new();
+    let total = 3000u64;
+    let mut now = 0u64;
     for _ in 0..8 {
-        let (id, lpn, pages) = submit_one(
-            next_id,
-            &mut ssd,
-            now,
-            &mut rng,
-            &mut lent,
-            &mut oracle,
-            &mut expect,
-            &mut busy,
-        );
-        extents.insert(id, (lpn, pages));
-        next_id += 1;
+        host.submit_one(&mut ssd, now);
     }
     let mut done = Vec::new();
     let mut finished = 0;
     while let Some(t) = ssd.next_event() {
         now = now.max(t);
-        ssd.advance_with(t, &mut done, &mut lent);
+        ssd.advance_with(t, &mut done, &mut host.lent);
         for d in done.drain(..) {
             assert!(
                 !d.failed,
@@ -169,11 +175,11 @@ fn closed_loop(scheduler: SchedulerKind, external: bool, seed: u64) -> (Vec<Comp
             );
             let id = d.completion.id;
             let buf = match d.payload {
-                Payload::External => lent.0.remove(&id).expect("lent buffer"),
+                Payload::External => host.lent.remove(&id).expect("lent buffer"),
                 Payload::Read(b) | Payload::Write(b) => b,
                 Payload::None => Vec::new(),
             };
-            if let Some((lpn, want)) = expect.remove(&id) {
+            if let Some((lpn, want)) = host.expect.remove(&id) {
                 for (i, w) in want.iter().enumerate() {
                     assert_eq!(
                         &buf[i * PAGE..(i + 1) * PAGE],
@@ -183,25 +189,14 @@ fn closed_loop(scheduler: SchedulerKind, external: bool, seed: u64) -> (Vec<Comp
                     );
                 }
             }
-            let (lpn, pages) = extents.remove(&id).unwrap();
+            let (lpn, pages) = host.extents.remove(&id).unwrap();
             for p in lpn..lpn + u64::from(pages) {
-                busy.remove(&p);
+                host.busy.remove(&p);
             }
             completions.push(d.completion);
             finished += 1;
-            if next_id < total {
-                let (id, lpn, pages) = submit_one(
-                    next_id,
-                    &mut ssd,
-                    now,
-                    &mut rng,
-                    &mut lent,
-                    &mut oracle,
-                    &mut expect,
-                    &mut busy,
-                );
-                extents.insert(id, (lpn, pages));
-                next_id += 1;
+            if host.next_id < total {
+                host.submit_one(&mut ssd, now);
             }
         }
     }
@@ -210,20 +205,24 @@ fn closed_loop(scheduler: SchedulerKind, external: bool, seed: u64) -> (Vec<Comp
     ssd.check_invariants().unwrap();
     // Everything once more, half through lent buffers, half owned.
     for p in 0..logical {
-        let want = oracle.get(&p).cloned().unwrap_or_else(|| vec![0; PAGE]);
+        let want = host
+            .oracle
+            .get(&p)
+            .cloned()
+            .unwrap_or_else(|| vec![0; PAGE]);
         let payload = if p % 2 == 0 {
-            lent.0.insert(p, vec![0xAA; PAGE]);
+            host.lent.insert(p, vec![0xAA; PAGE]);
             Payload::External
         } else {
             Payload::Read(vec![0xAA; PAGE])
         };
         ssd.submit(now, req(p, Op::Read, p, 1), payload).unwrap();
-        let d = drain(&mut ssd, &mut lent).pop().unwrap();
+        let d = drain(&mut ssd, &mut host.lent).pop().unwrap();
         assert!(!d.failed);
         now = now.max(d.completion.done_ns);
         let got = match d.payload {
             Payload::Read(b) => b,
-            _ => lent.0.remove(&p).unwrap(),
+            _ => host.lent.remove(&p).unwrap(),
         };
         assert_eq!(got, want, "seed {seed}: final read of lpn {p}");
     }
@@ -257,19 +256,19 @@ fn a_write_from_a_lent_buffer_reads_back_from_the_write_buffer_and_from_flash() 
     let page = ssd.page_size() as usize;
     let mut lent = Lent::default();
     let data: Vec<u8> = (0..2 * page).map(|i| (i % 251) as u8).collect();
-    lent.0.insert(1, data.clone());
+    lent.insert(1, data.clone());
     ssd.submit(0, req(1, Op::Write, 10, 2), Payload::External)
         .unwrap();
     let done = drain(&mut ssd, &mut lent);
     assert!(!done[0].failed);
     assert_eq!(done[0].payload, Payload::External);
     // Still in the write buffer: no flash read.
-    lent.0.insert(2, vec![0; 2 * page]);
+    lent.insert(2, vec![0; 2 * page]);
     let t = ssd.idle_at();
     ssd.submit(t, req(2, Op::Read, 10, 2), Payload::External)
         .unwrap();
     assert!(!drain(&mut ssd, &mut lent)[0].failed);
-    assert_eq!(lent.0[&2], data);
+    assert_eq!(lent[&2], data);
     assert_eq!(ssd.stats().buffer_read_hits, 2);
     assert_eq!(ssd.stats().flash_data_reads, 0);
     // From flash after a flush, lent and owned.
@@ -277,7 +276,7 @@ fn a_write_from_a_lent_buffer_reads_back_from_the_write_buffer_and_from_flash() 
     ssd.submit(t, req(3, Op::Flush, 0, 0), Payload::None)
         .unwrap();
     drain(&mut ssd, &mut lent);
-    lent.0.insert(4, vec![0; 2 * page]);
+    lent.insert(4, vec![0; 2 * page]);
     let t = ssd.idle_at();
     ssd.submit(t, req(4, Op::Read, 10, 2), Payload::External)
         .unwrap();
@@ -286,16 +285,16 @@ fn a_write_from_a_lent_buffer_reads_back_from_the_write_buffer_and_from_flash() 
     let done = drain(&mut ssd, &mut lent);
     assert!(done.iter().all(|d| !d.failed));
     assert_eq!(ssd.stats().flash_data_reads, 4);
-    assert_eq!(lent.0[&4], data);
+    assert_eq!(lent[&4], data);
     let owned = done.iter().find(|d| d.completion.id == 5).unwrap();
     assert_eq!(owned.payload, Payload::Read(data.clone()));
     // A page next to them was never written: zeroes.
-    lent.0.insert(6, vec![0xEE; page]);
+    lent.insert(6, vec![0xEE; page]);
     let t = ssd.idle_at();
     ssd.submit(t, req(6, Op::Read, 12, 1), Payload::External)
         .unwrap();
     drain(&mut ssd, &mut lent);
-    assert_eq!(lent.0[&6], vec![0; page]);
+    assert_eq!(lent[&6], vec![0; page]);
 }
 
 #[test]
@@ -305,16 +304,16 @@ fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
     let mut ssd = Ssd::new(cfg).unwrap();
     let page = ssd.page_size() as usize;
     let mut lent = Lent::default();
-    lent.0.insert(1, vec![1; page]);
+    lent.insert(1, vec![1; page]);
     ssd.submit(0, req(1, Op::Write, 3, 1), Payload::External)
         .unwrap();
     // No buffer for 2, a short one for 3, a write's buffer too long for 4.
     ssd.submit(0, req(2, Op::Write, 4, 1), Payload::External)
         .unwrap();
-    lent.0.insert(3, vec![0; page - 1]);
+    lent.insert(3, vec![0; page - 1]);
     ssd.submit(0, req(3, Op::Read, 3, 1), Payload::External)
         .unwrap();
-    lent.0.insert(4, vec![9; 2 * page]);
+    lent.insert(4, vec![9; 2 * page]);
     ssd.submit(0, req(4, Op::Write, 5, 1), Payload::External)
         .unwrap();
     ssd.submit(0, req(5, Op::Read, 4, 1), Payload::External)
@@ -336,15 +335,11 @@ fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
             Some(RequestError::PayloadSize { .. })
         ));
     }
-    assert_eq!(
-        lent.0[&3],
-        vec![0; page - 1],
-        "a refused read wrote nothing"
-    );
+    assert_eq!(lent[&3], vec![0; page - 1], "a refused read wrote nothing");
     // The device goes on, and the refused writes changed nothing.
     assert_eq!(ssd.fault(), None);
     assert_eq!(ssd.stats().host_write_pages, 1);
-    lent.0.insert(6, vec![0xEE; 3 * page]);
+    lent.insert(6, vec![0xEE; 3 * page]);
     let t = ssd.idle_at();
     ssd.submit(t, req(6, Op::Read, 3, 3), Payload::External)
         .unwrap();
@@ -352,7 +347,7 @@ fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
     assert!(!done[0].failed);
     let mut want = vec![1; page];
     want.resize(3 * page, 0);
-    assert_eq!(lent.0[&6], want);
+    assert_eq!(lent[&6], want);
     // Without `advance_with` there are no lent buffers at all.
     let t = ssd.idle_at();
     ssd.submit(t, req(7, Op::Read, 3, 1), Payload::External)
@@ -381,13 +376,13 @@ fn a_timing_only_ssd_fills_lent_read_buffers_with_zeroes() {
     let mut ssd = Ssd::new(FtlConfig::paper(Variant::WriteOpt, 64 << 20)).unwrap();
     let page = ssd.page_size() as usize;
     let mut lent = Lent::default();
-    lent.0.insert(1, vec![7; page]);
-    lent.0.insert(2, vec![0xEE; page]);
+    lent.insert(1, vec![7; page]);
+    lent.insert(2, vec![0xEE; page]);
     ssd.submit(0, req(1, Op::Write, 0, 1), Payload::External)
         .unwrap();
     ssd.submit(0, req(2, Op::Read, 0, 1), Payload::External)
         .unwrap();
     let done = drain(&mut ssd, &mut lent);
     assert!(done.iter().all(|d| !d.failed));
-    assert_eq!(lent.0[&2], vec![0; page]);
+    assert_eq!(lent[&2], vec![0; page]);
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use ptsd_ftl::{
-    DataIo, FtlConfig, GcPolicy, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd, StoreKind,
+    FtlConfig, GcPolicy, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd, StoreKind,
 };
 
 const PAGE: usize = 512;
@@ -77,18 +77,8 @@ fn page_bytes(lpn: u64, tag: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Caller-owned buffers by request id, for `Payload::External`.
-#[derive(Default)]
-struct Lent(HashMap<u64, Vec<u8>>);
-
-impl DataIo for Lent {
-    fn source(&mut self, id: u64) -> Option<&[u8]> {
-        self.0.get(&id).map(|b| &b[..])
-    }
-    fn destination(&mut self, id: u64) -> Option<&mut [u8]> {
-        self.0.get_mut(&id).map(|b| &mut b[..])
-    }
-}
+/// Caller-owned buffers by request id.
+type Lent = HashMap<u64, Vec<u8>>;
 
 /// Run one request to completion (queue depth 1) and return it. With
 /// `external`, a read or write lends its buffer (`Payload::External`)
@@ -107,7 +97,7 @@ fn run_one_with(
     let mut lent = Lent::default();
     let payload = match payload {
         Payload::Write(b) | Payload::Read(b) if external => {
-            lent.0.insert(req.id, b);
+            lent.insert(req.id, b);
             Payload::External
         }
         p => p,
@@ -119,7 +109,7 @@ fn run_one_with(
         *now = (*now).max(t);
         ssd.advance_with(t, &mut out, &mut lent);
     }
-    if let Some(b) = lent.0.remove(&req.id) {
+    if let Some(b) = lent.remove(&req.id) {
         assert_eq!(out[0].payload, Payload::External);
         out[0].payload = match req.op {
             Op::Read => Payload::Read(b),
