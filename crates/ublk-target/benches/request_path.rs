@@ -11,8 +11,8 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ptsd_blockdev::MemDevice;
 use ptsd_ublk::backend::{Backend, DirectBackend};
-use ptsd_ublk::engine::{serve, serve_once, Clock, Engine, EngineConfig, QueueSide};
-use ptsd_ublk::fake::fake_queue;
+use ptsd_ublk::engine::{serve, serve_once, Clock, Engine, EngineConfig, Incoming, QueueSide};
+use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
 use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::handoff::LockMode;
 use ptsd_ublk::request::{op, RawDesc};
@@ -84,6 +84,29 @@ fn backends() -> Vec<(String, Box<dyn Backend>)> {
     v
 }
 
+/// One queue and the engine on one thread: the in-process request path.
+struct InProc {
+    engine: Engine,
+    queue: FakeQueue,
+    handle: FakeHandle,
+    side: QueueSide,
+    incoming: Vec<Incoming>,
+    done: Vec<(u16, i32)>,
+}
+
+impl InProc {
+    /// Submit `batch`, serve it, run the engine, complete it.
+    fn round_trip(&mut self, batch: &[(u16, RawDesc)]) -> &[(u16, i32)] {
+        self.handle.submit_many(batch).unwrap();
+        serve_once(&mut self.queue, &mut self.side, &mut self.incoming).unwrap();
+        self.engine.step();
+        serve_once(&mut self.queue, &mut self.side, &mut self.incoming).unwrap();
+        self.done.clear();
+        self.handle.drain_completions(&mut self.done);
+        &self.done
+    }
+}
+
 fn inproc(c: &mut Criterion) {
     let mut g = c.benchmark_group("inproc");
     g.throughput(Throughput::Elements(u64::from(BATCH)));
@@ -95,69 +118,54 @@ fn inproc(c: &mut Criterion) {
             lock_mode: LockMode::Swap,
             poll: true,
         };
-        let (mut engine, shared) = Engine::new(backend, config, Clock::wall());
-        let (mut queue, handle) = fake_queue(BATCH, BS as usize, false);
-        let mut side = QueueSide::new(shared, 0);
-        let mut scratch = Vec::new();
-        let mut done = Vec::new();
+        let (engine, shared) = Engine::new(backend, config, Clock::wall());
+        let (queue, handle) = fake_queue(BATCH, BS as usize, false);
+        let mut p = InProc {
+            engine,
+            queue,
+            handle,
+            side: QueueSide::new(shared, 0),
+            incoming: Vec::new(),
+            done: Vec::new(),
+        };
         // Write every block once so reads go through the mapping to (modelled)
         // NAND rather than short-cutting on unmapped pages.
         let page = vec![0x5au8; BS as usize];
         for first in (0..BLOCKS).step_by(BATCH as usize) {
             for t in 0..BATCH {
                 let block = first + u64::from(t);
-                handle
+                p.handle
                     .submit(t, RawDesc::new(op::WRITE, block * 8, 8), Some(&page))
                     .unwrap();
             }
-            serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-            engine.step();
-            serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-            done.clear();
-            handle.drain_completions(&mut done);
-            assert!(done.iter().all(|&(_, r)| r == BS as i32));
+            assert!(p.round_trip(&[]).iter().all(|&(_, r)| r == BS as i32));
         }
-        let batches: Vec<_> = (0..16).map(|r| reads(BATCH, r)).collect();
+        // Reads, then writes (random blocks, every write overwrites: for
+        // the SSD this includes its buffer flushes and GC copies). The
+        // writes' tag buffers still hold earlier data: the client's own
+        // copy is not the target's cost. Timed in this thread's CPU time:
+        // the figure is per core, and the machine is shared.
         let mut round = 0usize;
-        // Timed in this thread's CPU time: the figure is per core, and the
-        // machine is shared.
-        g.bench_function(BenchmarkId::new("read4k-batch64", &name), |b| {
-            b.iter_custom(|iters| {
-                let start = thread_cpu_time();
-                for _ in 0..iters {
-                    handle.submit_many(&batches[round % batches.len()]).unwrap();
-                    round += 1;
-                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-                    engine.step();
-                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-                    done.clear();
-                    handle.drain_completions(&mut done);
-                    assert_eq!(done.len(), BATCH as usize);
-                }
-                thread_cpu_time() - start
-            })
-        });
-        // The same with writes (random blocks, every write overwrites):
-        // for the SSD this includes its buffer flushes and GC copies.
-        let batches: Vec<_> = (0..16).map(|r| writes(BATCH, r)).collect();
-        g.bench_function(BenchmarkId::new("write4k-batch64", &name), |b| {
-            b.iter_custom(|iters| {
-                let start = thread_cpu_time();
-                for _ in 0..iters {
-                    // The tags' buffers still hold earlier data: the
-                    // client's own copy is not the target's cost.
-                    handle.submit_many(&batches[round % batches.len()]).unwrap();
-                    round += 1;
-                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-                    engine.step();
-                    serve_once(&mut queue, &mut side, &mut scratch).unwrap();
-                    done.clear();
-                    handle.drain_completions(&mut done);
-                    assert_eq!(done.len(), BATCH as usize);
-                }
-                thread_cpu_time() - start
-            })
-        });
+        for (kind, make) in [
+            (
+                "read4k-batch64",
+                reads as fn(u16, u64) -> Vec<(u16, RawDesc)>,
+            ),
+            ("write4k-batch64", writes),
+        ] {
+            let batches: Vec<_> = (0..16).map(|r| make(BATCH, r)).collect();
+            g.bench_function(BenchmarkId::new(kind, &name), |b| {
+                b.iter_custom(|iters| {
+                    let start = thread_cpu_time();
+                    for _ in 0..iters {
+                        let done = p.round_trip(&batches[round % batches.len()]);
+                        assert_eq!(done.len(), BATCH as usize);
+                        round += 1;
+                    }
+                    thread_cpu_time() - start
+                })
+            });
+        }
     }
     g.finish();
 }
