@@ -109,6 +109,15 @@ impl Model {
     }
 }
 
+/// Run `f` on a loom thread with its own handle to the model.
+fn spawn<T: 'static>(
+    m: &Arc<Model>,
+    f: impl FnOnce(&Model) -> T + 'static,
+) -> thread::JoinHandle<T> {
+    let m = m.clone();
+    thread::spawn(move || f(&m))
+}
+
 fn builder() -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
@@ -126,15 +135,9 @@ fn commit_covers_exactly_the_finished_transactions() {
     builder().check(|| {
         let m = Model::new();
         let stagers: Vec<_> = (0..2u64)
-            .map(|t| {
-                let m = m.clone();
-                thread::spawn(move || m.transaction(t, true))
-            })
+            .map(|t| spawn(&m, move |m| m.transaction(t, true)))
             .collect();
-        let committer = {
-            let m = m.clone();
-            thread::spawn(move || m.commit())
-        };
+        let committer = spawn(&m, |m| m.commit());
         let txs: Vec<(u64, u64)> = stagers.into_iter().map(|h| h.join().unwrap()).collect();
         let (cover, head) = committer.join().unwrap();
         let covered: Vec<&(u64, u64)> = txs.iter().filter(|(e, _)| cover.covers(*e)).collect();
@@ -157,18 +160,9 @@ fn commit_covers_exactly_the_finished_transactions() {
 fn aborted_slot_is_passed_and_never_covered_as_staged() {
     builder().check(|| {
         let m = Model::new();
-        let finished = {
-            let m = m.clone();
-            thread::spawn(move || m.transaction(0, true))
-        };
-        let aborted = {
-            let m = m.clone();
-            thread::spawn(move || m.transaction(1, false))
-        };
-        let committer = {
-            let m = m.clone();
-            thread::spawn(move || m.commit())
-        };
+        let finished = spawn(&m, |m| m.transaction(0, true));
+        let aborted = spawn(&m, |m| m.transaction(1, false));
+        let committer = spawn(&m, |m| m.commit());
         let (fe, fpos) = finished.join().unwrap();
         let (_, apos) = aborted.join().unwrap();
         let (cover, head) = committer.join().unwrap();
@@ -192,8 +186,7 @@ fn group_commit_returns_only_when_covered() {
         let m = Model::new();
         let threads: Vec<_> = (0..2u64)
             .map(|t| {
-                let m = m.clone();
-                thread::spawn(move || {
+                spawn(&m, move |m| {
                     let (e, pos) = m.transaction(t, true);
                     // `Journal::commit`: read the count, share if covered.
                     let fin = m.epochs.finished();
