@@ -314,28 +314,33 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// A target's varmail-like ops/s: the median over its rows (a target
-/// listed several times, e.g. with `--rounds`, is measured several times
-/// and compared by its median, so one disturbed run does not decide).
-fn varmail_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
+/// A target's `metric`: the median over its rows (a target listed several
+/// times, e.g. with `--rounds`, is measured several times and compared by
+/// its median, so one disturbed run does not decide).
+fn median_rate(
+    reports: &[TargetReport],
+    name: &str,
+    metric: impl Fn(&TargetReport) -> Option<f64>,
+) -> Option<f64> {
     median(
         reports
             .iter()
             .filter(|r| r.name == name)
-            .filter_map(|r| r.varmail.as_ref().map(|v| v.ops_per_sec))
+            .filter_map(metric)
             .collect(),
     )
 }
 
-/// A target's tokubench-like files/s: the median over its rows.
+/// A target's varmail-like ops/s (median over its rows).
+fn varmail_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
+    median_rate(reports, name, |r| r.varmail.as_ref().map(|v| v.ops_per_sec))
+}
+
+/// A target's tokubench-like files/s (median over its rows).
 fn toku_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
-    median(
-        reports
-            .iter()
-            .filter(|r| r.name == name)
-            .filter_map(|r| r.tokubench.as_ref().map(|t| t.files_per_sec))
-            .collect(),
-    )
+    median_rate(reports, name, |r| {
+        r.tokubench.as_ref().map(|t| t.files_per_sec)
+    })
 }
 
 fn ratios(reports: &[TargetReport]) -> Vec<Ratio> {
