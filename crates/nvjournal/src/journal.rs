@@ -195,13 +195,14 @@ impl Partition {
 /// Part of a partition's index: block -> ring position.
 type IndexShard = RwLock<HashMap<u64, u64>>;
 
-/// Index shards per partition.
-const INDEX_SHARDS: usize = 16;
+/// Index shards per partition: `1 << INDEX_SHARD_BITS`.
+const INDEX_SHARD_BITS: u32 = 4;
+const INDEX_SHARDS: usize = 1 << INDEX_SHARD_BITS;
 
 fn index_shard(block: u64) -> usize {
     // Fibonacci hashing: consecutive blocks of a partition (a stride of
     // the partition count apart) spread over the shards.
-    (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % INDEX_SHARDS
+    (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - INDEX_SHARD_BITS)) as usize
 }
 
 /// The durable state most recently written to the commit area.
@@ -741,7 +742,7 @@ impl Tx {
         }
         {
             let _g = inner.global_lock.as_ref().map(lock_spinning);
-            // One index lock per partition touched, not one per block.
+            // One index lock per shard touched, not one per block.
             self.slots
                 .sort_unstable_by_key(|&(p, pos, block)| (p, index_shard(block), pos));
             let same_shard = |a: &(u32, u64, u64), b: &(u32, u64, u64)| {
@@ -836,23 +837,25 @@ impl Inner {
         let part = &self.parts[p];
         let mut guard = self.global_lock.as_ref().map(lock_spinning);
         // The tail only grows, so one read before the claim is enough to
-        // know the slot is free; a claim inside the ring is then published
-        // at once: a commit scanning past `pos` waits only for this window.
+        // know the slot is free (the common case: no second read).
         let tail = part.tail.load(Ordering::Acquire);
         let pos = part.ring.claim();
-        let index = pos % self.geo.slots;
-        let meta = part.ring.slot_at(index);
-        let inside = pos < tail + self.geo.slots;
-        if inside {
-            meta.publish_claim(pos, block, epoch);
-        }
-        if !inside && pos >= part.tail.load(Ordering::Acquire) + self.geo.slots {
+        let waited = pos >= tail + self.geo.slots
+            && pos >= part.tail.load(Ordering::Acquire) + self.geo.slots;
+        if waited {
             // The baseline must not hold its lock while waiting: the commit
             // that frees space needs it.
             drop(guard.take());
             self.wait_for_space(p, pos, epoch)?;
             guard = self.global_lock.as_ref().map(lock_spinning);
-        } else {
+        }
+        // Tell committers whose epoch this slot belongs to, first thing: a
+        // commit scanning past `pos` waits only until then, and one not
+        // covering this epoch does not wait for the copy.
+        let index = pos % self.geo.slots;
+        let meta = part.ring.slot_at(index);
+        meta.publish_claim(pos, block, epoch);
+        if !waited {
             let used = pos + 1 - tail;
             if used >= self.fill_threshold {
                 self.kick_trigger();
@@ -860,11 +863,6 @@ impl Inner {
             if used >= self.high_water_slots() && !self.high_water.load(Ordering::Relaxed) {
                 self.high_water.store(true, Ordering::Relaxed);
             }
-        }
-        if !inside {
-            // Tell committers whose epoch this slot belongs to, so that a
-            // commit not covering it does not wait for this stage to finish.
-            meta.publish_claim(pos, block, epoch);
         }
         let off = self.geo.slot_offset_at(p, index);
         let header = SlotHeader {
@@ -1383,9 +1381,8 @@ impl Inner {
             self.region.sync()?;
         }
         let mut blocks = 0;
-        for (part, (new_tail, written)) in self.parts.iter().zip(results) {
+        for (part, (new_tail, mut written)) in self.parts.iter().zip(results) {
             blocks += written.len() as u64;
-            let mut written = written;
             written.sort_unstable_by_key(|&(b, _)| (index_shard(b), b));
             for shard in written.chunk_by(|a, b| index_shard(a.0) == index_shard(b.0)) {
                 let mut idx = part.index(shard[0].0).write();
