@@ -73,12 +73,12 @@ struct Inflight {
 
 impl Inflight {
     fn get(&self, id: u64) -> Option<&Pending> {
-        let (queue, tag) = ((id >> 16) as usize, (id & 0xffff) as usize);
+        let (queue, tag) = queue_and_tag(id);
         self.slots.get(queue)?.get(tag)?.as_ref()
     }
 
     fn take(&mut self, id: u64) -> Option<Pending> {
-        let (queue, tag) = ((id >> 16) as usize, (id & 0xffff) as usize);
+        let (queue, tag) = queue_and_tag(id);
         self.slots.get_mut(queue)?.get_mut(tag)?.take()
     }
 
@@ -189,8 +189,14 @@ impl FtlBackend {
     }
 }
 
+/// The SSD's request id of `p`: its queue and tag.
 fn request_id(p: &Pending) -> u64 {
     (u64::from(p.queue) << 16) | u64::from(p.tag)
+}
+
+/// The queue and tag a [`request_id`] encodes.
+fn queue_and_tag(id: u64) -> (usize, usize) {
+    ((id >> 16) as usize, (id & 0xffff) as usize)
 }
 
 impl Backend for FtlBackend {
@@ -208,13 +214,6 @@ impl Backend for FtlBackend {
             Timing::Emulate => now_ns,
         };
         let bytes = p.cmd.blocks as usize * self.page as usize;
-        // With a data store, the SSD takes a write's bytes straight from the
-        // IO buffer and fills a read's in place (see `Inflight`).
-        let data = if self.keeps_data {
-            Payload::External
-        } else {
-            Payload::None
-        };
         let op = match p.cmd.op {
             IoOp::Read | IoOp::Write => {
                 if self.keeps_data && (p.buf.is_empty() || p.buf.len() < bytes) {
@@ -240,9 +239,12 @@ impl Backend for FtlBackend {
             IoOp::Discard => Op::Discard,
             IoOp::Flush => Op::Flush,
         };
-        let payload = match op {
-            Op::Read | Op::Write => data,
-            Op::Discard | Op::Flush => Payload::None,
+        // With a data store, the SSD takes a write's bytes straight from the
+        // IO buffer and fills a read's in place (see `Inflight`).
+        let payload = if self.keeps_data && matches!(op, Op::Read | Op::Write) {
+            Payload::External
+        } else {
+            Payload::None
         };
         let Ok(pages) = u32::try_from(p.cmd.blocks) else {
             self.refused.push(refuse(&p, -libc::EINVAL, now_ns));
