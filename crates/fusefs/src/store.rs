@@ -142,9 +142,9 @@ impl JournalStore {
     }
 }
 
-struct JournalTxn(ptsd_nvjournal::Tx);
+struct JournalTxn<'j>(ptsd_nvjournal::Tx<'j>);
 
-impl StoreTxn for JournalTxn {
+impl StoreTxn for JournalTxn<'_> {
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
         Ok(self.0.write(blk, data)?)
     }

@@ -15,7 +15,7 @@ use crate::layout::{
     Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
     SB_SIZE, SLOT_HEADER,
 };
-use crate::protocol::{Cover, Epochs, Padded, Ring};
+use crate::protocol::{Epochs, Padded, Ring};
 use crate::region::{Persist, RegionMode};
 
 type Result<T> = std::result::Result<T, JournalError>;
@@ -268,35 +268,38 @@ pub(crate) struct Inner {
     epochs: Epochs,
     aborted: Padded<AtomicU64>,
 
-    // Fields written on every commit get cache lines of their own, away
-    // from the read-mostly flags every stage reads (`status`, `shutdown`).
+    // Every field written after start-up gets cache lines of its own
+    // (`Padded`), so the read-mostly fields every stage reads (`geo`,
+    // `parts`, `status`, `shutdown`...) share lines with nothing that
+    // changes: a stage then misses no line on them. Rust packs the
+    // unpadded fields together.
     /// The baseline's journal-wide lock (None when partitioned).
     global_lock: Padded<Option<Mutex<()>>>,
     durable: Padded<Mutex<Durable>>,
     shared_commits: Padded<AtomicU64>,
 
-    ckpt: Mutex<CkptState>,
-    ckpt_cv: Condvar,
-    ckpt_done_cv: Condvar,
-    ckpt_arrived: AtomicUsize,
-    checkpoints: AtomicU64,
-    checkpointed_blocks: AtomicU64,
-    backpressure_waits: AtomicU64,
+    ckpt: Padded<Mutex<CkptState>>,
+    ckpt_cv: Padded<Condvar>,
+    ckpt_done_cv: Padded<Condvar>,
+    ckpt_arrived: Padded<AtomicUsize>,
+    checkpoints: Padded<AtomicU64>,
+    checkpointed_blocks: Padded<AtomicU64>,
+    backpressure_waits: Padded<AtomicU64>,
     /// Ring positions claimed and then given up (see `abandon`).
-    abandoned: AtomicU64,
+    abandoned: Padded<AtomicU64>,
     /// Some ring passed the high-water mark (a hint for `begin`).
-    high_water: AtomicBool,
+    high_water: Padded<AtomicBool>,
     device_reads: Padded<AtomicU64>,
 
-    space_lock: Mutex<()>,
-    space_cv: Condvar,
+    space_lock: Padded<Mutex<()>>,
+    space_cv: Padded<Condvar>,
 
-    trigger: Mutex<bool>,
-    trigger_cv: Condvar,
-    trigger_kicked: AtomicBool,
+    trigger: Padded<Mutex<bool>>,
+    trigger_cv: Padded<Condvar>,
+    trigger_kicked: Padded<AtomicBool>,
 
     status: AtomicU8,
-    failure: Mutex<Option<String>>,
+    failure: Padded<Mutex<Option<String>>>,
     shutdown: AtomicBool,
 }
 
@@ -337,8 +340,11 @@ pub struct Journal {
 /// transaction is open neither covers it nor waits for it. A thread must
 /// not [`begin`](Journal::begin) another transaction while it holds this
 /// one open (`begin` may wait for ring space this one pins).
-pub struct Tx {
-    inner: Arc<Inner>,
+pub struct Tx<'j> {
+    /// Borrowed, not an `Arc`: a clone per transaction would write the
+    /// Arc's count, one cache line every thread shares, twice per
+    /// transaction.
+    inner: &'j Inner,
     txid: u64,
     epoch: u64,
     slots: Vec<(u32, u64, u64)>,
@@ -453,28 +459,37 @@ impl Journal {
             aborted: Padded::default(),
             global_lock: Padded((cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(()))),
             durable: Padded(Mutex::new(Durable {
-                rec: rec.clone(),
+                rec: Record {
+                    // Room for every list a commit can write: the record's
+                    // Vecs are updated in place, never reallocated.
+                    excluded: {
+                        let mut e = Vec::with_capacity(MAX_EXCLUDED);
+                        e.extend_from_slice(&rec.excluded);
+                        e
+                    },
+                    ..rec.clone()
+                },
                 commits: 0,
                 buf: Vec::new(),
             })),
             shared_commits: Padded::default(),
-            ckpt: Mutex::new(CkptState::default()),
-            ckpt_cv: Condvar::new(),
-            ckpt_done_cv: Condvar::new(),
-            ckpt_arrived: AtomicUsize::new(0),
-            checkpoints: AtomicU64::new(0),
-            checkpointed_blocks: AtomicU64::new(0),
-            backpressure_waits: AtomicU64::new(0),
-            abandoned: AtomicU64::new(0),
-            high_water: AtomicBool::new(false),
+            ckpt: Padded(Mutex::new(CkptState::default())),
+            ckpt_cv: Padded(Condvar::new()),
+            ckpt_done_cv: Padded(Condvar::new()),
+            ckpt_arrived: Padded(AtomicUsize::new(0)),
+            checkpoints: Padded(AtomicU64::new(0)),
+            checkpointed_blocks: Padded(AtomicU64::new(0)),
+            backpressure_waits: Padded(AtomicU64::new(0)),
+            abandoned: Padded(AtomicU64::new(0)),
+            high_water: Padded(AtomicBool::new(false)),
             device_reads: Padded::default(),
-            space_lock: Mutex::new(()),
-            space_cv: Condvar::new(),
-            trigger: Mutex::new(false),
-            trigger_cv: Condvar::new(),
-            trigger_kicked: AtomicBool::new(false),
+            space_lock: Padded(Mutex::new(())),
+            space_cv: Padded(Condvar::new()),
+            trigger: Padded(Mutex::new(false)),
+            trigger_cv: Padded(Condvar::new()),
+            trigger_kicked: Padded(AtomicBool::new(false)),
             status: AtomicU8::new(RUNNING),
-            failure: Mutex::new(None),
+            failure: Padded(Mutex::new(None)),
             shutdown: AtomicBool::new(false),
             geo,
             cfg,
@@ -502,13 +517,13 @@ impl Journal {
     /// the background commit + checkpoint to make room (like JBD2's handle
     /// reservation), so that transactions rarely meet a full ring. A thread
     /// must not begin a second transaction while it holds one open.
-    pub fn begin(&self) -> Tx {
-        let inner = &self.inner;
+    pub fn begin(&self) -> Tx<'_> {
+        let inner: &Inner = &self.inner;
         inner.wait_below_high_water();
         let epoch = inner.epochs.begin();
         inner.wait_epoch_room(epoch);
         Tx {
-            inner: inner.clone(),
+            inner,
             txid: epoch,
             epoch,
             slots: Vec::new(),
@@ -688,7 +703,7 @@ pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record, b
     region.persist(off, buf.len());
 }
 
-impl Tx {
+impl Tx<'_> {
     /// Stage a full block now (lock-free in the partitioned journal): claim
     /// a slot with one atomic add, write header and payload, flush, then set
     /// and flush the slot's flag.
@@ -733,9 +748,7 @@ impl Tx {
     /// part of the next commit.
     pub fn finish(mut self) -> Result<TxId> {
         self.done = true;
-        // Borrow, don't clone, the journal: the Arc's count is one cache
-        // line every thread would otherwise write here.
-        let inner = &*self.inner;
+        let inner = self.inner;
         if let Err(e) = inner.check_running() {
             inner.abort(&self.slots, self.epoch);
             return Err(e);
@@ -765,7 +778,7 @@ impl Tx {
     }
 }
 
-impl Drop for Tx {
+impl Drop for Tx<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.inner.abort(&self.slots, self.epoch);
@@ -1130,18 +1143,12 @@ impl Inner {
             // other missed. Write the union (with the larger heads), so
             // the newest record commits everything either commit promised;
             // skip the write if the newest record already contains ours.
-            let newest = Cover {
-                counted: 0,
-                top: d.rec.epoch,
-                excluded: d.rec.excluded.clone(),
-            };
-            if newest.contains(&cover) {
+            if cover.is_within(d.rec.epoch, &d.rec.excluded) {
                 self.shared_commits.fetch_add(1, Ordering::Relaxed);
             } else {
-                let merged = newest.union(&cover);
-                d.rec.epoch = merged.top;
-                d.rec.excluded = merged.excluded;
-                for (dh, &h) in d.rec.heads.iter_mut().zip(&target.heads) {
+                let rec = &mut d.rec;
+                cover.widen(&mut rec.epoch, &mut rec.excluded);
+                for (dh, &h) in rec.heads.iter_mut().zip(&target.heads) {
                     *dh = (*dh).max(h);
                 }
                 d.write(RecordKind::Commit, self.region.as_ref(), &self.geo);
@@ -1166,6 +1173,14 @@ impl Inner {
         }
     }
 
+    /// True if some ring holds at least the fill level of live slots.
+    fn over_fill_level(&self) -> bool {
+        self.parts.iter().any(|p| {
+            p.ring.head.load(Ordering::Relaxed)
+                >= p.tail.load(Ordering::Relaxed) + self.fill_threshold
+        })
+    }
+
     /// Background trigger: commit + checkpoint when a ring passes the fill
     /// level, and every `checkpoint_interval`.
     fn trigger_worker(&self) {
@@ -1185,7 +1200,10 @@ impl Inner {
             }
             let kicked = self.trigger_kicked.swap(false, Ordering::AcqRel);
             let due = interval.is_some_and(|i| last.elapsed() >= i);
-            if !kicked && !due {
+            // A kick from a stage that saw the ring full just before the
+            // last round freed it is stale: a round now would checkpoint
+            // only the few slots staged since.
+            if !due && !(kicked && self.over_fill_level()) {
                 continue;
             }
             last = Instant::now();
@@ -1195,7 +1213,7 @@ impl Inner {
             if !self.epochs.is_durable(fin) && self.commit_covering(fin).is_err() {
                 continue;
             }
-            self.request_checkpoint();
+            self.start_checkpoint_if_idle();
         }
     }
 
@@ -1209,6 +1227,19 @@ impl Inner {
         } else {
             self.start_round(&mut c);
             c.round
+        }
+    }
+
+    /// Start a checkpoint round unless one is running. The background
+    /// trigger uses this: stages keep kicking it while a round runs (the
+    /// ring stays over the fill level until the round frees it), and
+    /// queueing a round for each kick would chain rounds back to back, each
+    /// over just what arrived during the last. Once the round is done, the
+    /// next stage kicks again only if the ring is still over the level.
+    fn start_checkpoint_if_idle(&self) {
+        let mut c = self.ckpt.lock();
+        if !c.running {
+            self.start_round(&mut c);
         }
     }
 
@@ -1253,6 +1284,9 @@ impl Inner {
     /// per round by an atomic counter; the last to arrive finishes the round.
     fn checkpoint_worker(&self, p: usize) {
         let mut seen = 0u64;
+        // Reused every round: it grows to the partition's hot set once
+        // instead of rehashing its way there each round.
+        let mut newest = HashMap::default();
         loop {
             let target = {
                 let mut c = self.ckpt.lock();
@@ -1265,7 +1299,7 @@ impl Inner {
                 seen = c.round;
                 c.target.clone().expect("a started round has a target")
             };
-            let result = self.checkpoint_partition(p, &target);
+            let result = self.checkpoint_partition(p, &target, &mut newest);
             match result {
                 Ok(r) => *self.parts[p].ckpt_result.lock() = r,
                 Err(e) => {
@@ -1297,11 +1331,12 @@ impl Inner {
         &self,
         p: usize,
         target: &CkptTarget,
+        newest: &mut HashMap<u64, u64>,
     ) -> Result<(u64, Vec<(u64, u64)>)> {
         let part = &self.parts[p];
         let tail = part.tail.load(Ordering::Acquire);
         let head = target.heads[p];
-        let mut newest: HashMap<u64, u64> = HashMap::default();
+        newest.clear();
         let mut new_tail = head.max(tail);
         for pos in tail..head {
             if part.ring.is_aborted(pos) {
@@ -1321,7 +1356,7 @@ impl Inner {
                 new_tail += 1;
             }
         }
-        let mut written: Vec<(u64, u64)> = newest.into_iter().collect();
+        let mut written: Vec<(u64, u64)> = newest.drain().collect();
         written.sort_unstable();
         let bs = self.geo.block_size as usize;
         let mut buf = Vec::new();
