@@ -1203,7 +1203,8 @@ impl Inner {
             // A kick from a stage that saw the ring full just before the
             // last round freed it is stale: a round now would checkpoint
             // only the few slots staged since.
-            if !due && !(kicked && self.over_fill_level()) {
+            let filled = kicked && self.over_fill_level();
+            if !due && !filled {
                 continue;
             }
             last = Instant::now();
