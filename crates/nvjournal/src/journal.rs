@@ -1036,6 +1036,9 @@ impl Inner {
         let mut j = ring.scan_start();
         let mut wait = Backoff::default();
         loop {
+            // A checkpoint may have freed (and a stager reused) the slots
+            // this scan stopped at; it raises `last_check` past them first.
+            j = j.max(ring.last_check.load(Ordering::Acquire));
             j = ring.scan_passed(j, head, |e| target.covers(e));
             if j >= head {
                 return Ok(());
@@ -1157,9 +1160,10 @@ impl Inner {
                     .map_err(|e| self.fail(format!("region sync: {e}")))?;
                 d.commits += 1;
             }
+            // Under the lock: every publisher holds it, so a plain store.
+            self.epochs.publish_durable_serialised(counted);
         }
         drop(g);
-        self.epochs.publish_durable(counted);
         Ok(())
     }
 
@@ -1428,12 +1432,14 @@ impl Inner {
                     }
                 }
             }
+            // `last_check` first: everything below `new_tail` is staged or
+            // aborted, and a scan must never start below the tail, where a
+            // stager may already reuse a slot (it would wait forever for a
+            // position whose slot now holds a later one).
+            part.ring.last_check.fetch_max(new_tail, Ordering::AcqRel);
             // Only now, with every shard updated, may the tail pass these
             // slots (a reader holding a shard's read lock keeps its slot).
             part.tail.fetch_max(new_tail, Ordering::AcqRel);
-            // Freed aborted slots may not have been passed by the commit
-            // worker yet; once reused they never would be.
-            part.ring.last_check.fetch_max(new_tail, Ordering::AcqRel);
             self.fill_holes(part);
         }
         self.checkpointed_blocks

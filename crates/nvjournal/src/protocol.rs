@@ -75,6 +75,10 @@ impl SlotMeta {
     }
 }
 
+/// How far a commit's scan must carry a ring's `last_check` before the
+/// commit publishes it (see [`Ring::scan_start`]).
+pub const PUBLISH_STRIDE: u64 = 32;
+
 /// The lock-free part of one partition ring.
 pub struct Ring {
     slots: u64,
@@ -150,21 +154,27 @@ impl Ring {
     }
 
     /// Advance `last_check` over staged/aborted slots (the commit worker's
-    /// step; committers call it too). Returns how many slots it passed.
+    /// step). Returns how many slots it passed.
     pub fn advance_last_check(&self) -> u64 {
         let start = self.last_check.load(Ordering::Acquire);
-        let mut j = start;
-        loop {
-            let st = self.slot(j).state.load(Ordering::Acquire);
-            if st != staged(j) && st != aborted(j) {
-                break;
-            }
-            j += 1;
-        }
+        let j = self.checked_from(start);
         if j > start {
             self.last_check.fetch_max(j, Ordering::AcqRel);
         }
         j - start
+    }
+
+    /// The first position from `start` on that is neither staged nor
+    /// aborted.
+    fn checked_from(&self, start: u64) -> u64 {
+        let mut j = start;
+        loop {
+            let st = self.slot(j).state.load(Ordering::Acquire);
+            if st != staged(j) && st != aborted(j) {
+                return j;
+            }
+            j += 1;
+        }
     }
 
     /// For a commit: has position `j` passed — staged, aborted, or claimed
@@ -192,10 +202,18 @@ impl Ring {
         j
     }
 
-    /// Where a commit starts scanning: `last_check`, advanced first.
+    /// Where a commit starts scanning: past `last_check` over staged and
+    /// aborted slots. The result is published as the new `last_check` only
+    /// once it is [`PUBLISH_STRIDE`] ahead: a commit per transaction would
+    /// otherwise write the line every other core's commit reads next, and
+    /// rescanning a few slots whose states no longer change costs less.
     pub fn scan_start(&self) -> u64 {
-        self.advance_last_check();
-        self.last_check.load(Ordering::Acquire)
+        let start = self.last_check.load(Ordering::Acquire);
+        let j = self.checked_from(start);
+        if j - start >= PUBLISH_STRIDE {
+            self.last_check.fetch_max(j, Ordering::AcqRel);
+        }
+        j
     }
 }
 
@@ -384,6 +402,17 @@ impl Epochs {
     #[inline]
     pub fn publish_durable(&self, counted: u64) {
         self.durable_finished.fetch_max(counted, Ordering::SeqCst);
+    }
+
+    /// [`publish_durable`](Self::publish_durable) for a caller that
+    /// serialises every publisher (the journal does it under its
+    /// durable-state lock): a plain store, not a read-modify-write that
+    /// waits for the line the other cores' commits just read.
+    #[inline]
+    pub fn publish_durable_serialised(&self, counted: u64) {
+        if self.durable_finished.load(Ordering::Relaxed) < counted {
+            self.durable_finished.store(counted, Ordering::Release);
+        }
     }
 }
 
