@@ -77,7 +77,7 @@ impl SlotMeta {
 
 /// How far a commit's scan must carry a ring's `last_check` before the
 /// commit publishes it (see [`Ring::scan_start`]).
-pub const PUBLISH_STRIDE: u64 = 32;
+pub const PUBLISH_STRIDE: u64 = 8;
 
 /// The lock-free part of one partition ring.
 pub struct Ring {
