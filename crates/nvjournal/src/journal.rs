@@ -2,6 +2,7 @@
 //! background threads (commit workers, checkpointers, trigger).
 
 use rustc_hash::FxHashMap as HashMap;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -211,8 +212,6 @@ struct Durable {
     /// Commit records written (a plain field: it changes only under this
     /// lock, so counting costs no cache line of its own).
     commits: u64,
-    /// Encoding buffer, reused: a commit allocates nothing here.
-    buf: Vec<u8>,
 }
 
 impl Durable {
@@ -221,7 +220,7 @@ impl Durable {
     fn write(&mut self, kind: RecordKind, region: &dyn Persist, geo: &Geometry) {
         self.rec.seq += 1;
         self.rec.kind = kind;
-        write_record(region, geo, &self.rec, &mut self.buf);
+        write_record(region, geo, &self.rec);
     }
 }
 
@@ -394,7 +393,7 @@ impl Journal {
             heads: vec![0; n],
             tails: vec![0; n],
         };
-        write_record(region.as_ref(), &geo, &rec, &mut Vec::new());
+        write_record(region.as_ref(), &geo, &rec);
         region.sync()?;
         tracing::info!(mode = %region.mode(), partitions = n, slots = geo.slots, "journal created");
         Self::start(region, device, geo, cfg, &rec)
@@ -470,7 +469,6 @@ impl Journal {
                     ..rec.clone()
                 },
                 commits: 0,
-                buf: Vec::new(),
             })),
             shared_commits: Padded::default(),
             ckpt: Padded(Mutex::new(CkptState::default())),
@@ -696,11 +694,20 @@ fn check_config(cfg: &JournalConfig, device: &dyn BlockDevice) -> Result<()> {
 
 /// Encode `rec` into `buf`, write it to its place in the commit area and
 /// make it durable.
-pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record, buf: &mut Vec<u8>) {
+pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
+    thread_local! {
+        /// Encoding buffer, one per thread: reused, so a commit allocates
+        /// nothing, and never written by another core, so encoding misses
+        /// no cache line (a buffer in the shared durable state would be
+        /// in the last committer's cache).
+        static RECORD_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
     let off = geo.record_offset(rec.seq);
-    rec.encode_into(geo.record_size, buf);
-    region.write(off, buf);
-    region.persist(off, buf.len());
+    RECORD_BUF.with_borrow_mut(|buf| {
+        rec.encode_into(geo.record_size, buf);
+        region.write(off, buf);
+        region.persist(off, buf.len());
+    });
 }
 
 impl Tx<'_> {

@@ -75,8 +75,8 @@ impl SlotMeta {
     }
 }
 
-/// How far a commit's scan must carry a ring's `last_check` before the
-/// commit publishes it (see [`Ring::scan_start`]).
+/// How far a commit's scan must carry a ring's `last_check` (or the epochs'
+/// `done_below`) before the commit publishes it (see [`Ring::scan_start`]).
 pub const PUBLISH_STRIDE: u64 = 8;
 
 /// The lock-free part of one partition ring.
@@ -284,16 +284,26 @@ impl Cover {
 
 /// Per-transaction epochs: numbers, done marks, and the finished count.
 pub struct Epochs {
-    next: Padded<AtomicU64>,
+    counters: Padded<Counters>,
     /// Entry `e % len` holds `e` once epoch `e` is done (finished or
     /// aborted); 0 is never a live epoch.
     done: Box<[Padded<AtomicU64>]>,
     /// Every epoch below this is done.
     done_below: Padded<AtomicU64>,
+}
+
+/// The counters a thread touches one right after another: a transaction's
+/// finish, then the commit (an fsync) that reads all three, then the next
+/// begin. On one cache line, the first of these finds the line in the
+/// other core's cache and the rest find it in its own; on a line each,
+/// every one of them would.
+struct Counters {
+    /// Next epoch to begin.
+    next: AtomicU64,
     /// Non-empty transactions finished so far.
-    finished: Padded<AtomicU64>,
+    finished: AtomicU64,
     /// `Cover::counted` of the newest durable commit.
-    durable_finished: Padded<AtomicU64>,
+    durable_finished: AtomicU64,
 }
 
 impl Epochs {
@@ -302,11 +312,13 @@ impl Epochs {
     pub fn new(first: u64, ring: usize) -> Self {
         assert!(first >= 1 && ring >= 1);
         Self {
-            next: Padded(AtomicU64::new(first)),
+            counters: Padded(Counters {
+                next: AtomicU64::new(first),
+                finished: AtomicU64::new(0),
+                durable_finished: AtomicU64::new(0),
+            }),
             done: (0..ring).map(|_| Padded::default()).collect(),
             done_below: Padded(AtomicU64::new(first)),
-            finished: Padded::default(),
-            durable_finished: Padded::default(),
         }
     }
 
@@ -325,7 +337,7 @@ impl Epochs {
     /// A new transaction's epoch.
     #[inline]
     pub fn begin(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::SeqCst)
+        self.counters.next.fetch_add(1, Ordering::SeqCst)
     }
 
     /// True if `epoch`'s done mark is free to use (the epoch that used it
@@ -343,7 +355,7 @@ impl Epochs {
     pub fn finish(&self, epoch: u64, staged_any: bool) {
         self.mark(epoch).store(epoch, Ordering::SeqCst);
         if staged_any {
-            self.finished.fetch_add(1, Ordering::SeqCst);
+            self.counters.finished.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -353,39 +365,44 @@ impl Epochs {
         self.mark(epoch).store(epoch, Ordering::SeqCst);
     }
 
-    /// Advance `done_below` over done epochs; returns it.
+    /// Advance past `done_below` over done epochs; returns the first epoch
+    /// not done. Published as the new `done_below` only once it is
+    /// [`PUBLISH_STRIDE`] ahead: every commit calls this, and a write per
+    /// commit would move the line to this core for the other cores' next
+    /// commit to fetch back; reading a few stable done marks again is
+    /// cheaper.
     pub fn advance_done_below(&self) -> u64 {
         let start = self.done_below.load(Ordering::Acquire);
         let mut e = start;
         while self.mark(e).load(Ordering::Acquire) == e {
             e += 1;
         }
-        if e > start {
+        if e >= start + PUBLISH_STRIDE {
             self.done_below.fetch_max(e, Ordering::AcqRel).max(e)
         } else {
-            start
+            e
         }
     }
 
     /// Non-empty transactions finished so far.
     #[inline]
     pub fn finished(&self) -> u64 {
-        self.finished.load(Ordering::SeqCst)
+        self.counters.finished.load(Ordering::SeqCst)
     }
 
     /// True once a durable commit covers the first `fin` finished
     /// transactions.
     #[inline]
     pub fn is_durable(&self, fin: u64) -> bool {
-        self.durable_finished.load(Ordering::SeqCst) >= fin
+        self.counters.durable_finished.load(Ordering::SeqCst) >= fin
     }
 
     /// A commit's view: the finished count, then the newest epoch begun,
     /// then which epochs up to it are still open. `None` if more than
     /// `max_excluded` are open (retry later). Read the ring heads after this.
     pub fn cover(&self, max_excluded: usize) -> Option<Cover> {
-        let counted = self.finished.load(Ordering::SeqCst);
-        let top = self.next.load(Ordering::SeqCst) - 1;
+        let counted = self.counters.finished.load(Ordering::SeqCst);
+        let top = self.counters.next.load(Ordering::SeqCst) - 1;
         let below = self.advance_done_below();
         let excluded: Vec<u64> = (below..=top)
             .filter(|&e| self.mark(e).load(Ordering::SeqCst) != e)
@@ -401,7 +418,9 @@ impl Epochs {
     /// The commit of a cover with this `counted` is durable.
     #[inline]
     pub fn publish_durable(&self, counted: u64) {
-        self.durable_finished.fetch_max(counted, Ordering::SeqCst);
+        self.counters
+            .durable_finished
+            .fetch_max(counted, Ordering::SeqCst);
     }
 
     /// [`publish_durable`](Self::publish_durable) for a caller that
@@ -410,8 +429,10 @@ impl Epochs {
     /// waits for the line the other cores' commits just read.
     #[inline]
     pub fn publish_durable_serialised(&self, counted: u64) {
-        if self.durable_finished.load(Ordering::Relaxed) < counted {
-            self.durable_finished.store(counted, Ordering::Release);
+        if self.counters.durable_finished.load(Ordering::Relaxed) < counted {
+            self.counters
+                .durable_finished
+                .store(counted, Ordering::Release);
         }
     }
 }

@@ -83,7 +83,7 @@ pub(crate) fn recover(
         heads: start.clone(),
         tails: start,
     };
-    write_record(region, geo, &rec, &mut Vec::new());
+    write_record(region, geo, &rec);
     region.sync()?;
     Ok((rec, report))
 }

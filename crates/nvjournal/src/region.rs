@@ -341,13 +341,32 @@ unsafe fn copy_persist_nodrain(dst: *mut u8, src: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if (dst as usize) % 16 == 0 && src.len() % 16 == 0 {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-        for (i, chunk) in src.chunks_exact(16).enumerate() {
-            // SAFETY: SSE2 is part of x86-64; `chunk` holds 16 readable
-            // bytes (unaligned load); `dst + 16 i` is 16-aligned and inside
-            // the range the caller vouches for.
+        // A cache line per iteration: four independent stores per loop
+        // trip. A loop of single 16-byte stores ran up to 40% slower in
+        // some builds than in others, depending on where the code landed.
+        let lines = src.chunks_exact(64);
+        let tail = lines.remainder();
+        for (i, line) in lines.enumerate() {
+            // SAFETY: SSE2 is part of x86-64; `line` holds 64 readable
+            // bytes (unaligned loads); `dst + 64 i + 16 k` is 16-aligned and
+            // inside the range the caller vouches for.
+            unsafe {
+                let s = line.as_ptr().cast::<__m128i>();
+                let d = dst.add(64 * i).cast::<__m128i>();
+                let (a, b) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)));
+                let (c, e) = (_mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+                _mm_stream_si128(d, a);
+                _mm_stream_si128(d.add(1), b);
+                _mm_stream_si128(d.add(2), c);
+                _mm_stream_si128(d.add(3), e);
+            }
+        }
+        let done = src.len() - tail.len();
+        for (i, chunk) in tail.chunks_exact(16).enumerate() {
+            // SAFETY: as above, for the last (< 64) bytes.
             unsafe {
                 let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
-                _mm_stream_si128(dst.add(16 * i).cast::<__m128i>(), v);
+                _mm_stream_si128(dst.add(done + 16 * i).cast::<__m128i>(), v);
             }
         }
         return;
