@@ -16,7 +16,7 @@ use crate::layout::{
     Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
     SB_SIZE, SLOT_HEADER,
 };
-use crate::protocol::{Epochs, Padded, Ring};
+use crate::protocol::{self, Epochs, Padded, Ring};
 use crate::region::{Persist, RegionMode};
 
 type Result<T> = std::result::Result<T, JournalError>;
@@ -1351,11 +1351,13 @@ impl Inner {
         newest.clear();
         let mut new_tail = head.max(tail);
         for pos in tail..head {
-            if part.ring.is_aborted(pos) {
+            let slot = part.ring.slot(pos);
+            let state = slot.state.load(Ordering::Acquire);
+            if state == protocol::aborted(pos) {
                 continue;
             }
-            let slot = part.ring.slot(pos);
-            if !part.ring.is_staged(pos) || !target.covers(slot.epoch.load(Ordering::Relaxed)) {
+            if state != protocol::staged(pos) || !target.covers(slot.epoch.load(Ordering::Relaxed))
+            {
                 new_tail = pos;
                 break;
             }
