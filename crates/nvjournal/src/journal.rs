@@ -692,8 +692,12 @@ fn check_config(cfg: &JournalConfig, device: &dyn BlockDevice) -> Result<()> {
     Ok(())
 }
 
-/// Encode `rec` into `buf`, write it to its place in the commit area and
-/// make it durable.
+/// Encode `rec`, write it to its place in the commit area and make it
+/// durable.
+///
+/// Callers are the only writer of the commit area at the time: under the
+/// durable-state lock, or before the journal's threads start (create,
+/// recovery); nothing reads it while a journal runs.
 pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
     thread_local! {
         /// Encoding buffer, one per thread: reused, so a commit allocates
@@ -705,8 +709,17 @@ pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
     let off = geo.record_offset(rec.seq);
     RECORD_BUF.with_borrow_mut(|buf| {
         rec.encode_into(geo.record_size, buf);
-        region.write(off, buf);
-        region.persist(off, buf.len());
+        // Whole cache lines (records are line-aligned and sized; the bytes
+        // past the crc are unused), so the copy can use non-temporal
+        // stores: the lines need not be fetched from the core that wrote
+        // the last record.
+        buf.resize(
+            buf.len().next_multiple_of(64).min(geo.record_size as usize),
+            0,
+        );
+        // SAFETY: see above: no other thread writes or reads the commit
+        // area meanwhile.
+        unsafe { region.write_persist_unshared(off, &[&buf[..]]) };
     });
 }
 
