@@ -2,7 +2,7 @@
 //! background threads (commit workers, checkpointers, trigger).
 
 use rustc_hash::FxHashMap as HashMap;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -16,7 +16,7 @@ use crate::layout::{
     Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
     SB_SIZE, SLOT_HEADER,
 };
-use crate::protocol::{self, Epochs, Padded, Ring};
+use crate::protocol::{self, Cover, Epochs, Padded, Ring};
 use crate::region::{Persist, RegionMode};
 
 type Result<T> = std::result::Result<T, JournalError>;
@@ -204,6 +204,15 @@ fn index_shard(block: u64) -> usize {
     // Fibonacci hashing: consecutive blocks of a partition (a stride of
     // the partition count apart) spread over the shards.
     (block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - INDEX_SHARD_BITS)) as usize
+}
+
+thread_local! {
+    /// A commit's scratch lists (heads snapshot, excluded epochs), kept per
+    /// thread between commits: a commit per transaction allocates nothing.
+    static COMMIT_HEADS: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+    static COMMIT_EXCLUDED: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+    /// A finished transaction's slot list, handed to the thread's next one.
+    static TX_SLOTS: Cell<Vec<(u32, u64, u64)>> = const { Cell::new(Vec::new()) };
 }
 
 /// The durable state most recently written to the commit area.
@@ -524,7 +533,7 @@ impl Journal {
             inner,
             txid: epoch,
             epoch,
-            slots: Vec::new(),
+            slots: TX_SLOTS.take(),
             done: false,
         }
     }
@@ -803,6 +812,9 @@ impl Drop for Tx<'_> {
         if !self.done {
             self.inner.abort(&self.slots, self.epoch);
         }
+        let mut slots = std::mem::take(&mut self.slots);
+        slots.clear();
+        TX_SLOTS.set(slots);
     }
 }
 
@@ -1047,8 +1059,8 @@ impl Inner {
     }
 
     /// Wait until every position of partition `p` below `head` is staged,
-    /// aborted, or claimed by a transaction the commit `target` excludes.
-    fn wait_passed(&self, p: usize, head: u64, target: &CkptTarget) -> Result<()> {
+    /// aborted, or claimed by a transaction the commit's `cover` excludes.
+    fn wait_passed(&self, p: usize, head: u64, cover: &Cover) -> Result<()> {
         let ring = &self.parts[p].ring;
         if ring.last_check.load(Ordering::Acquire) >= head {
             return Ok(());
@@ -1059,7 +1071,7 @@ impl Inner {
             // A checkpoint may have freed (and a stager reused) the slots
             // this scan stopped at; it raises `last_check` past them first.
             j = j.max(ring.last_check.load(Ordering::Acquire));
-            j = ring.scan_passed(j, head, |e| target.covers(e));
+            j = ring.scan_passed(j, head, |e| cover.covers(e));
             if j >= head {
                 return Ok(());
             }
@@ -1120,7 +1132,7 @@ impl Inner {
         // MAX_EXCLUDED are open at once).
         let mut wait = Backoff::default();
         let cover = loop {
-            if let Some(cover) = self.epochs.cover(MAX_EXCLUDED) {
+            if let Some(cover) = self.epochs.cover_into(MAX_EXCLUDED, COMMIT_EXCLUDED.take()) {
                 break cover;
             }
             wait.snooze();
@@ -1132,27 +1144,20 @@ impl Inner {
         // past the ring's capacity belong to stagers still waiting for
         // space, necessarily of later epochs, and are excluded.
         let g = self.global_lock.as_ref().map(lock_spinning);
-        let heads: Vec<u64> = self
-            .parts
-            .iter()
-            .map(|part| {
-                let h = part.ring.head.load(Ordering::SeqCst);
-                h.min(part.tail.load(Ordering::SeqCst) + self.geo.slots)
-            })
-            .collect();
+        let mut heads = COMMIT_HEADS.take();
+        heads.clear();
+        heads.extend(self.parts.iter().map(|part| {
+            let h = part.ring.head.load(Ordering::SeqCst);
+            h.min(part.tail.load(Ordering::SeqCst) + self.geo.slots)
+        }));
         drop(g);
         // Wait until every partition has passed its snapshot: `last_check`
         // (advanced by the partition's commit worker, or here) over flagged
         // slots, and past it only slots of later or excluded epochs, which
         // the record keeps from replay.
         let counted = cover.counted;
-        let target = CkptTarget {
-            epoch: cover.top,
-            excluded: cover.excluded.clone(),
-            heads,
-        };
-        for (p, &h) in target.heads.iter().enumerate() {
-            self.wait_passed(p, h, &target)?;
+        for (p, &h) in heads.iter().enumerate() {
+            self.wait_passed(p, h, &cover)?;
         }
         self.region
             .sync()
@@ -1171,7 +1176,7 @@ impl Inner {
             } else {
                 let rec = &mut d.rec;
                 cover.widen(&mut rec.epoch, &mut rec.excluded);
-                for (dh, &h) in rec.heads.iter_mut().zip(&target.heads) {
+                for (dh, &h) in rec.heads.iter_mut().zip(&heads) {
                     *dh = (*dh).max(h);
                 }
                 d.write(RecordKind::Commit, self.region.as_ref(), &self.geo);
@@ -1184,6 +1189,8 @@ impl Inner {
             self.epochs.publish_durable_serialised(counted);
         }
         drop(g);
+        COMMIT_HEADS.set(heads);
+        COMMIT_EXCLUDED.set(cover.excluded);
         Ok(())
     }
 

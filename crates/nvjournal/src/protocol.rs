@@ -414,13 +414,22 @@ impl Epochs {
     /// then which epochs up to it are still open. `None` if more than
     /// `max_excluded` are open (retry later). Read the ring heads after this.
     pub fn cover(&self, max_excluded: usize) -> Option<Cover> {
+        self.cover_into(max_excluded, Vec::new())
+    }
+
+    /// [`cover`](Self::cover), listing the excluded epochs in `excluded`
+    /// (cleared first): a caller that keeps the list between commits
+    /// allocates nothing.
+    pub fn cover_into(&self, max_excluded: usize, mut excluded: Vec<u64>) -> Option<Cover> {
         let counted = self.counters.finished.load(Ordering::SeqCst);
         let top = self.counters.next.load(Ordering::SeqCst) - 1;
         let below = self.advance_done_below();
-        let excluded: Vec<u64> = (below..=top)
-            .filter(|&e| self.mark(e).load(Ordering::SeqCst) != e)
-            .take(max_excluded + 1)
-            .collect();
+        excluded.clear();
+        excluded.extend(
+            (below..=top)
+                .filter(|&e| self.mark(e).load(Ordering::SeqCst) != e)
+                .take(max_excluded + 1),
+        );
         (excluded.len() <= max_excluded).then_some(Cover {
             counted,
             top,
