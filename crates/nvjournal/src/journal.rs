@@ -1065,7 +1065,7 @@ impl Inner {
         if ring.last_check.load(Ordering::Acquire) >= head {
             return Ok(());
         }
-        let mut j = ring.scan_start();
+        let mut j = ring.scan_start(head);
         let mut wait = Backoff::default();
         loop {
             // A checkpoint may have freed (and a stager reused) the slots

@@ -157,17 +157,17 @@ impl Ring {
     /// step). Returns how many slots it passed.
     pub fn advance_last_check(&self) -> u64 {
         let start = self.last_check.load(Ordering::Acquire);
-        let j = self.checked_from(start);
+        let j = self.checked_from(start, u64::MAX);
         if j > start {
             self.last_check.fetch_max(j, Ordering::AcqRel);
         }
         j - start
     }
 
-    /// The first position from `start` on that is neither staged nor
-    /// aborted.
-    fn checked_from(&self, start: u64) -> u64 {
-        self.first_from(start, u64::MAX, |j, m| {
+    /// The first position in `[start, end)` that is neither staged nor
+    /// aborted, or `end`.
+    fn checked_from(&self, start: u64, end: u64) -> u64 {
+        self.first_from(start, end, |j, m| {
             let st = m.state.load(Ordering::Acquire);
             st == staged(j) || st == aborted(j)
         })
@@ -220,9 +220,12 @@ impl Ring {
     /// once it is [`PUBLISH_STRIDE`] ahead: a commit per transaction would
     /// otherwise write the line every other core's commit reads next, and
     /// rescanning a few slots whose states no longer change costs less.
-    pub fn scan_start(&self) -> u64 {
+    /// The scan stops at the commit's `head`: the slots from there on are
+    /// the next to be claimed, and reading their lines here would make
+    /// the stagers fetch them back from this core.
+    pub fn scan_start(&self, head: u64) -> u64 {
         let start = self.last_check.load(Ordering::Acquire);
-        let j = self.checked_from(start);
+        let j = self.checked_from(start, head);
         if j - start >= PUBLISH_STRIDE {
             self.last_check.fetch_max(j, Ordering::AcqRel);
         }

@@ -77,7 +77,7 @@ impl Model {
             thread::yield_now();
         };
         let head = self.ring.head.load(Ordering::SeqCst);
-        let mut j = self.ring.scan_start();
+        let mut j = self.ring.scan_start(head);
         loop {
             j = self.ring.scan_passed(j, head, |e| cover.covers(e));
             if j >= head {
