@@ -215,6 +215,18 @@ thread_local! {
     static TX_SLOTS: Cell<Vec<(u32, u64, u64)>> = const { Cell::new(Vec::new()) };
 }
 
+/// Take a thread's scratch list (a fresh one if the thread is exiting and
+/// its thread-locals are gone).
+fn take_scratch<T: 'static>(key: &'static std::thread::LocalKey<Cell<Vec<T>>>) -> Vec<T> {
+    key.try_with(Cell::take).unwrap_or_default()
+}
+
+/// Give a scratch list back, emptied, for the thread's next use.
+fn keep_scratch<T: 'static>(key: &'static std::thread::LocalKey<Cell<Vec<T>>>, mut v: Vec<T>) {
+    v.clear();
+    let _ = key.try_with(|c| c.set(v));
+}
+
 /// The durable state most recently written to the commit area.
 struct Durable {
     rec: Record,
@@ -533,7 +545,7 @@ impl Journal {
             inner,
             txid: epoch,
             epoch,
-            slots: TX_SLOTS.take(),
+            slots: take_scratch(&TX_SLOTS),
             done: false,
         }
     }
@@ -716,7 +728,7 @@ pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
         static RECORD_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
     let off = geo.record_offset(rec.seq);
-    RECORD_BUF.with_borrow_mut(|buf| {
+    let write = |buf: &mut Vec<u8>| {
         rec.encode_into(geo.record_size, buf);
         // Whole cache lines (records are line-aligned and sized; the bytes
         // past the crc are unused), so the copy can use non-temporal
@@ -729,7 +741,11 @@ pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
         // SAFETY: see above: no other thread writes or reads the commit
         // area meanwhile.
         unsafe { region.write_persist_unshared(off, &[&buf[..]]) };
-    });
+    };
+    // A thread whose thread-locals are gone (exiting) uses a fresh buffer.
+    if RECORD_BUF.try_with(|b| write(&mut b.borrow_mut())).is_err() {
+        write(&mut Vec::new());
+    }
 }
 
 impl Tx<'_> {
@@ -812,9 +828,7 @@ impl Drop for Tx<'_> {
         if !self.done {
             self.inner.abort(&self.slots, self.epoch);
         }
-        let mut slots = std::mem::take(&mut self.slots);
-        slots.clear();
-        TX_SLOTS.set(slots);
+        keep_scratch(&TX_SLOTS, std::mem::take(&mut self.slots));
     }
 }
 
@@ -1132,7 +1146,10 @@ impl Inner {
         // MAX_EXCLUDED are open at once).
         let mut wait = Backoff::default();
         let cover = loop {
-            if let Some(cover) = self.epochs.cover_into(MAX_EXCLUDED, COMMIT_EXCLUDED.take()) {
+            if let Some(cover) = self
+                .epochs
+                .cover_into(MAX_EXCLUDED, take_scratch(&COMMIT_EXCLUDED))
+            {
                 break cover;
             }
             wait.snooze();
@@ -1144,8 +1161,7 @@ impl Inner {
         // past the ring's capacity belong to stagers still waiting for
         // space, necessarily of later epochs, and are excluded.
         let g = self.global_lock.as_ref().map(lock_spinning);
-        let mut heads = COMMIT_HEADS.take();
-        heads.clear();
+        let mut heads = take_scratch(&COMMIT_HEADS);
         heads.extend(self.parts.iter().map(|part| {
             let h = part.ring.head.load(Ordering::SeqCst);
             h.min(part.tail.load(Ordering::SeqCst) + self.geo.slots)
@@ -1189,8 +1205,8 @@ impl Inner {
             self.epochs.publish_durable_serialised(counted);
         }
         drop(g);
-        COMMIT_HEADS.set(heads);
-        COMMIT_EXCLUDED.set(cover.excluded);
+        keep_scratch(&COMMIT_HEADS, heads);
+        keep_scratch(&COMMIT_EXCLUDED, cover.excluded);
         Ok(())
     }
 
