@@ -12,34 +12,21 @@ use ptsd_ftl::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-const PAGE: usize = 512;
+mod common;
+use common::PAGE;
 
 /// Caller-owned buffers by request id.
 type Lent = HashMap<u64, Vec<u8>>;
 
-/// A tiny device (4 chips, 8-page blocks, 512 B pages) that garbage
+/// The tests' tiny PTSD device (see [`common::small`]), which garbage
 /// collects often.
 fn tiny(scheduler: SchedulerKind) -> FtlConfig {
-    let mut cfg = FtlConfig {
-        page_size: PAGE as u32,
-        channels: 2,
-        chips_per_channel: 2,
-        blocks_per_chip: 24,
-        pages_per_block: 8,
-        logical_bytes: Some(320 * PAGE as u64),
-        scheme: SchemeConfig::Ptsd {
-            clean_ratio: 0.5,
-            entry_dirty: true,
-            adaptive: false,
-        },
-        scheduler,
-        store: StoreKind::Memory,
-        write_buffer_pages: 4,
-        ..FtlConfig::default()
+    let scheme = SchemeConfig::Ptsd {
+        clean_ratio: 0.5,
+        entry_dirty: true,
+        adaptive: false,
     };
-    cfg.op_ratio = 0.1;
-    cfg.map_memory_bytes = Some(3 * 4 + 2 * PAGE as u64);
-    cfg
+    common::small(scheme, scheduler, FtlConfig::default().gc.policy)
 }
 
 fn page_bytes(lpn: u64, version: u64) -> Vec<u8> {

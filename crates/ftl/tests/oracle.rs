@@ -4,37 +4,10 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use ptsd_ftl::{
-    FtlConfig, GcPolicy, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd, StoreKind,
-};
+use ptsd_ftl::{FtlConfig, GcPolicy, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd};
 
-const PAGE: usize = 512;
-
-/// A tiny device: 4 chips, 8-page blocks, 512 B pages, 256 logical pages in
-/// 2 mapping pages... plenty of GC and cache misses.
-fn small(scheme: SchemeConfig, scheduler: SchedulerKind, policy: GcPolicy) -> FtlConfig {
-    let mut cfg = FtlConfig {
-        page_size: PAGE as u32,
-        channels: 2,
-        chips_per_channel: 2,
-        blocks_per_chip: 24,
-        pages_per_block: 8,
-        logical_bytes: Some(320 * PAGE as u64),
-        scheme,
-        scheduler,
-        store: StoreKind::Memory,
-        write_buffer_pages: 4,
-        ..FtlConfig::default()
-    };
-    cfg.gc.policy = policy;
-    cfg.op_ratio = 0.1;
-    // 3 mapping pages of 128 entries; budget: GTD + 2 pages (1 clean + 1 dirty)
-    cfg.map_memory_bytes = match scheme {
-        SchemeConfig::Page => None,
-        _ => Some(3 * 4 + 2 * PAGE as u64),
-    };
-    cfg
-}
+mod common;
+use common::{small, PAGE};
 
 pub fn schemes() -> Vec<(SchemeConfig, SchedulerKind)> {
     let p = |entry_dirty, adaptive| SchemeConfig::Ptsd {
