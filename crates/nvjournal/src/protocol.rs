@@ -190,15 +190,10 @@ impl Ring {
         j
     }
 
-    /// For a commit: has position `j` passed — staged, aborted, or claimed
+    /// For a commit: has position `j` (slot `m`) passed — staged, aborted, or claimed
     /// by an epoch the commit does not cover (`covers(epoch)` false)? A
     /// claim not yet published, or a covered slot still being written
     /// (impossible once its epoch is done), has not.
-    #[inline]
-    pub fn passed(&self, j: u64, covers: impl Fn(u64) -> bool) -> bool {
-        Self::slot_passed(j, self.slot(j), covers)
-    }
-
     #[inline]
     fn slot_passed(j: u64, m: &SlotMeta, covers: impl Fn(u64) -> bool) -> bool {
         let st = m.state.load(Ordering::Acquire);
@@ -208,7 +203,7 @@ impl Ring {
     }
 
     /// For a commit: the first position in `[from, head)` that has not
-    /// [`passed`](Self::passed), or `head` if all have. The caller waits
+    /// [passed](Self::slot_passed), or `head` if all have. The caller waits
     /// (a claim is a few instructions from being published) and retries
     /// from the returned position.
     pub fn scan_passed(&self, from: u64, head: u64, covers: impl Fn(u64) -> bool) -> u64 {
@@ -440,18 +435,11 @@ impl Epochs {
         })
     }
 
-    /// The commit of a cover with this `counted` is durable.
-    #[inline]
-    pub fn publish_durable(&self, counted: u64) {
-        self.counters
-            .durable_finished
-            .fetch_max(counted, Ordering::SeqCst);
-    }
-
-    /// [`publish_durable`](Self::publish_durable) for a caller that
+    /// The commit of a cover with this `counted` is durable. The caller
     /// serialises every publisher (the journal does it under its
-    /// durable-state lock): a plain store, not a read-modify-write that
-    /// waits for the line the other cores' commits just read.
+    /// durable-state lock), so this is a plain store, not a
+    /// read-modify-write that waits for the line the other cores' commits
+    /// just read.
     #[inline]
     pub fn publish_durable_serialised(&self, counted: u64) {
         if self.counters.durable_finished.load(Ordering::Relaxed) < counted {

@@ -96,15 +96,16 @@ impl Model {
         {
             // Commits run concurrently; the record written last must
             // commit everything any of them promised: merge.
+            // In place, as the journal does.
             let mut d = self.durable.lock().unwrap();
-            let merged = match d.as_ref() {
-                Some(newest) if newest.contains(&cover) => newest.clone(),
-                Some(newest) => newest.union(&cover),
-                None => cover.clone(),
-            };
-            *d = Some(merged);
+            match d.as_mut() {
+                Some(newest) if cover.is_within(newest.top, &newest.excluded) => {}
+                Some(newest) => cover.widen(&mut newest.top, &mut newest.excluded),
+                None => *d = Some(cover.clone()),
+            }
+            // Under the lock, as the journal publishes it.
+            self.epochs.publish_durable_serialised(cover.counted);
         }
-        self.epochs.publish_durable(cover.counted);
         (cover, head)
     }
 }
