@@ -235,11 +235,16 @@ fn lent_buffers_keep_the_data_and_the_timing_of_owned_ones() {
     }
 }
 
-#[test]
-fn a_write_from_a_lent_buffer_reads_back_from_the_write_buffer_and_from_flash() {
+/// The paper's write-optimised 64 MiB SSD, keeping its data in memory.
+fn paper_ssd_in_memory() -> Ssd {
     let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
     cfg.store = StoreKind::Memory;
-    let mut ssd = Ssd::new(cfg).unwrap();
+    Ssd::new(cfg).unwrap()
+}
+
+#[test]
+fn a_write_from_a_lent_buffer_reads_back_from_the_write_buffer_and_from_flash() {
+    let mut ssd = paper_ssd_in_memory();
     let page = ssd.page_size() as usize;
     let mut lent = Lent::default();
     let data: Vec<u8> = (0..2 * page).map(|i| (i % 251) as u8).collect();
@@ -286,9 +291,7 @@ fn a_write_from_a_lent_buffer_reads_back_from_the_write_buffer_and_from_flash() 
 
 #[test]
 fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
-    let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
-    cfg.store = StoreKind::Memory;
-    let mut ssd = Ssd::new(cfg).unwrap();
+    let mut ssd = paper_ssd_in_memory();
     let page = ssd.page_size() as usize;
     let mut lent = Lent::default();
     lent.insert(1, vec![1; page]);

@@ -24,22 +24,23 @@ const BS: u32 = 4096;
 const BLOCKS: u64 = 4096;
 const BATCH: u16 = 64;
 
-fn reads(batch: u16, round: u64) -> Vec<(u16, RawDesc)> {
+/// A batch of 4 KiB `op` requests spread over the device: tag `t` of round
+/// `r` goes to block `(r * round_step + t * tag_step) % BLOCKS`.
+fn spread(op: u8, round_step: u64, tag_step: u64, batch: u16, round: u64) -> Vec<(u16, RawDesc)> {
     (0..batch)
         .map(|t| {
-            let block = (round * 7919 + u64::from(t) * 131) % BLOCKS;
-            (t, RawDesc::new(op::READ, block * 8, 8))
+            let block = (round * round_step + u64::from(t) * tag_step) % BLOCKS;
+            (t, RawDesc::new(op, block * 8, 8))
         })
         .collect()
 }
 
+fn reads(batch: u16, round: u64) -> Vec<(u16, RawDesc)> {
+    spread(op::READ, 7919, 131, batch, round)
+}
+
 fn writes(batch: u16, round: u64) -> Vec<(u16, RawDesc)> {
-    (0..batch)
-        .map(|t| {
-            let block = (round * 6007 + u64::from(t) * 257) % BLOCKS;
-            (t, RawDesc::new(op::WRITE, block * 8, 8))
-        })
-        .collect()
+    spread(op::WRITE, 6007, 257, batch, round)
 }
 
 /// CPU time of the calling thread.
