@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::corrupt::{CorruptPlan, Corruption, CorruptionEvent, Outcome, Tearing};
 use crate::mem::validate_geometry;
 use crate::{check_range, check_request, BlockDevice, BlockError};
 
@@ -49,6 +50,19 @@ pub enum Fault {
         n: u64,
         /// Seed for choosing which unflushed writes survive.
         seed: u64,
+    },
+    /// Silent corruption: each block written from now is, with this
+    /// probability, corrupted by one of `kinds` (a flipped bit, a misdirected
+    /// write, a lost acknowledged write), drawn from a generator seeded with
+    /// `seed`. The write still succeeds; [`CrashDevice::corruptions`] lists
+    /// what happened. Survives crashes (the disk stays bad).
+    Corrupt {
+        /// Seed of the generator that picks victims and kinds.
+        seed: u64,
+        /// Chance in `[0, 1]` that one block write is corrupted.
+        probability: f64,
+        /// The kinds to choose from.
+        kinds: Vec<Corruption>,
     },
 }
 
@@ -136,6 +150,12 @@ struct State {
     latest: HashMap<u64, usize>,
     offline: bool,
     faults: Vec<ActiveFault>,
+    /// Armed corruption faults (kept across crashes, unlike `faults`).
+    corrupt: Vec<CorruptPlan>,
+    /// Every corruption inflicted so far.
+    corruptions: Vec<CorruptionEvent>,
+    /// Whether a crash may tear the writes it keeps (a sector prefix).
+    torn_writes: bool,
     stats: CrashStats,
 }
 
@@ -147,6 +167,9 @@ impl State {
             latest: HashMap::new(),
             offline: false,
             faults: Vec::new(),
+            corrupt: Vec::new(),
+            corruptions: Vec::new(),
+            torn_writes: false,
             stats: CrashStats::default(),
         }
     }
@@ -220,6 +243,26 @@ impl State {
         verdict
     }
 
+    /// Queue one block written by the caller, through the corruption
+    /// faults (if armed).
+    fn push_written(&mut self, block: u64, data: &[u8], num_blocks: u64) {
+        let mut outcome = Outcome::Intact;
+        for plan in &mut self.corrupt {
+            if let (o @ (Outcome::Store(..) | Outcome::Drop), Some(ev)) =
+                plan.judge(block, data, num_blocks)
+            {
+                outcome = o;
+                self.corruptions.push(ev);
+                break;
+            }
+        }
+        match outcome {
+            Outcome::Intact => self.push(block, Some(data.into())),
+            Outcome::Store(to, d) => self.push(to, Some(d)),
+            Outcome::Drop => {}
+        }
+    }
+
     fn push(&mut self, block: u64, data: Option<Box<[u8]>>) {
         self.latest.insert(block, self.log.len());
         self.log.push(PendingWrite { block, data });
@@ -258,12 +301,26 @@ impl State {
     /// Power cut: apply the unflushed writes `keep` selects, in write
     /// order, drop the rest, and go offline.
     fn crash(&mut self, mut keep: impl FnMut(usize) -> bool) -> CrashReport {
+        self.crash_torn(&mut keep, None)
+    }
+
+    /// A crash whose kept writes `tearing` may cut to a sector prefix.
+    fn crash_torn(
+        &mut self,
+        keep: &mut dyn FnMut(usize) -> bool,
+        mut tearing: Option<Tearing>,
+    ) -> CrashReport {
         let mut report = CrashReport::default();
         self.latest.clear();
         let log = std::mem::take(&mut self.log);
-        for (i, write) in log.into_iter().enumerate() {
+        for (i, mut write) in log.into_iter().enumerate() {
             if keep(i) {
                 report.kept += 1;
+                if let (Some(t), Some(new)) = (tearing.as_mut(), write.data.as_deref()) {
+                    if let Some(torn) = t.tear(self.durable.get(&write.block).map(|b| &**b), new) {
+                        write.data = Some(torn);
+                    }
+                }
                 self.make_durable(write);
             } else {
                 report.lost += 1;
@@ -277,7 +334,8 @@ impl State {
 
     fn crash_seeded(&mut self, seed: u64) -> CrashReport {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        self.crash(|_| rng.gen_bool(0.5))
+        let tearing = self.torn_writes.then(|| Tearing::new(seed));
+        self.crash_torn(&mut |_| rng.gen_bool(0.5), tearing)
     }
 }
 
@@ -386,13 +444,38 @@ impl CrashDevice {
                 left: n.max(1),
                 seed,
             },
+            Fault::Corrupt {
+                seed,
+                probability,
+                kinds,
+            } => {
+                let plan = CorruptPlan::new(seed, probability, &kinds);
+                self.state.lock().corrupt.push(plan);
+                return;
+            }
         };
         self.state.lock().faults.push(active);
     }
 
-    /// Disarm every fault.
+    /// Disarm every fault, corruption faults included.
     pub fn clear_faults(&self) {
-        self.state.lock().faults.clear();
+        let mut st = self.state.lock();
+        st.faults.clear();
+        st.corrupt.clear();
+    }
+
+    /// Let seeded crashes ([`crash`](Self::crash), [`Fault::CrashAtWrite`])
+    /// tear the writes they keep: a kept block write may reach the media
+    /// only as a prefix of its 512-byte sectors, the rest of the block
+    /// keeping its older content.
+    pub fn set_torn_writes(&self, on: bool) {
+        self.state.lock().torn_writes = on;
+    }
+
+    /// Every corruption the armed [`Fault::Corrupt`] faults inflicted, in
+    /// order.
+    pub fn corruptions(&self) -> Vec<CorruptionEvent> {
+        self.state.lock().corruptions.clone()
     }
 
     /// Cut the power: keep each unflushed block write with probability 1/2,
@@ -437,11 +520,13 @@ impl CrashDevice {
     /// A fresh, online device over a copy of this one's durable image —
     /// what a restart would find. This device is unchanged.
     pub fn reopen(&self) -> CrashDevice {
-        let durable = self.state.lock().durable.clone();
+        let st = self.state.lock();
+        let mut fresh = State::new(st.durable.clone());
+        fresh.torn_writes = st.torn_writes;
         CrashDevice {
             block_size: self.block_size,
             num_blocks: self.num_blocks,
-            state: Mutex::new(State::new(durable)),
+            state: Mutex::new(fresh),
         }
     }
 
@@ -505,7 +590,7 @@ impl BlockDevice for CrashDevice {
         }
         let bs = self.block_size as usize;
         for (i, chunk) in buf.chunks_exact(bs).enumerate() {
-            state.push(block + i as u64, Some(chunk.into()));
+            state.push_written(block + i as u64, chunk, self.num_blocks);
         }
         if let Verdict::CrashAfter(seed) = verdict {
             state.crash_seeded(seed);

@@ -22,12 +22,14 @@
 //! ```
 
 mod aligned;
+mod corrupt;
 mod crash;
 mod error;
 mod file;
 mod mem;
 mod uring;
 
+pub use corrupt::{Corruption, CorruptionEvent, SECTOR};
 pub use crash::{CrashDevice, CrashReport, CrashStats, Fault};
 pub use error::BlockError;
 pub use file::{FileDevice, FileDeviceOptions};
