@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use ptsd_blockdev::size::parse_size;
 use ptsd_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use ptsd_fs::format::{Superblock, STATE_DIRTY};
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
@@ -23,7 +24,8 @@ const DEFAULT_IMAGE_BYTES: u64 = 4 << 30;
 pub struct MkfsArgs {
     /// Image file or block device to format.
     pub device: PathBuf,
-    /// Size of the image (e.g. 512M, 4G); creates or resizes an image file.
+    /// Size of the image (e.g. 512MiB, 4GiB; K/M/G/T = powers of 1024,
+    /// KB/MB/GB = powers of 1000); creates or resizes an image file.
     /// Without it the device's whole size is used.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
@@ -62,8 +64,8 @@ pub struct MountArgs {
     /// fills, at fsck/unmount, or under memory pressure of the rings).
     #[arg(long, default_value_t = 5.0)]
     pub checkpoint_interval: f64,
-    /// Journal size (e.g. 256M).
-    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    /// Journal size (e.g. 256MiB; K/M/G = powers of 1024, KB/MB/GB = powers of 1000).
+    #[arg(long, value_parser = parse_size, default_value = "256MiB")]
     pub journal_size: u64,
     /// Data directory for the default device and journal
     /// (default: /var/lib/ptsd for root, ~/.local/share/ptsd otherwise;
@@ -80,7 +82,8 @@ pub struct MountArgs {
     #[arg(long, short = 'f')]
     pub foreground: bool,
     /// Mount options as given by mount(8) (-o a,b,c); understood:
-    /// allow_other, journal=PATH, journal_partitions=N, threads=N.
+    /// allow_other, journal=PATH, journal_partitions=N, journal_size=SIZE,
+    /// threads=N.
     #[arg(short = 'o')]
     pub options: Option<String>,
     /// Where to mount.
@@ -91,32 +94,6 @@ pub struct MountArgs {
 pub struct UmountArgs {
     /// The mount point.
     pub dir: PathBuf,
-}
-
-/// Parse `123`, `64K`, `512M`, `4G`, `1T`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let m = match s[i..]
-                .to_ascii_uppercase()
-                .trim_end_matches("IB")
-                .trim_end_matches('B')
-            {
-                "" => 1u64,
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "G" => 1 << 30,
-                "T" => 1 << 40,
-                other => return Err(format!("unknown size unit {other:?}")),
-            };
-            (&s[..i], m)
-        }
-        None => (s, 1),
-    };
-    let n: u64 = num.trim().parse().map_err(|_| format!("bad size {s:?}"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} too large"))
 }
 
 fn open_device(path: &Path) -> Result<Arc<dyn BlockDevice>> {
@@ -433,6 +410,7 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
                 a.journal_partitions = v.parse().context("journal_partitions")?
             }
             ("threads", Some(v)) => a.threads = Some(v.parse().context("threads")?),
+            ("journal_size", Some(v)) => a.journal_size = parse_size(v)?,
             ("data_dir", Some(v)) => a.data_dir = Some(v.into()),
             // Generic options mount(8) passes along; the kernel side is fixed.
             (
@@ -683,4 +661,40 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         dir: PathBuf::from(&pos[1]),
     };
     Some(mount_cmd(&a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn sizes_use_the_one_syntax() {
+        #[derive(Parser)]
+        struct Mkfs {
+            #[command(flatten)]
+            a: MkfsArgs,
+        }
+        #[derive(Parser)]
+        struct Mount {
+            #[command(flatten)]
+            a: MountArgs,
+        }
+        let mkfs = |size: &str| {
+            Mkfs::try_parse_from(["mkfs", "disk.img", "--size", size]).map(|m| m.a.size)
+        };
+        assert_eq!(mkfs("4GiB").unwrap(), Some(4 << 30));
+        assert_eq!(mkfs("4G").unwrap(), Some(4 << 30));
+        assert_eq!(mkfs("2GB").unwrap(), Some(2_000_000_000));
+        assert!(mkfs("4 parsecs").is_err());
+        let mut m = Mount::try_parse_from(["mount", "/mnt", "-o", "journal_size=64MiB,threads=2"])
+            .unwrap()
+            .a;
+        assert_eq!(m.journal_size, 256 << 20);
+        apply_options(&mut m).unwrap();
+        assert_eq!(m.journal_size, 64 << 20);
+        m.options = Some("journal_size=64 parsecs".into());
+        let e = apply_options(&mut m).unwrap_err().to_string();
+        assert!(e.contains("invalid size \"64 parsecs\""), "{e}");
+    }
 }

@@ -12,7 +12,8 @@ mod ublk;
 #[command(
     name = "ptsd",
     version,
-    about = "A userspace storage stack: emulated SSD, NVM journal, FUSE fs, ublk"
+    about = "A userspace storage stack: emulated SSD, NVM journal, FUSE fs, ublk",
+    after_help = format!("Sizes (--size, --journal-size, -o journal_size=, ...) everywhere: {}.", ptsd_blockdev::size::SIZE_SYNTAX)
 )]
 struct Cli {
     #[command(subcommand)]

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptsd_bench::paper_ftl::{self, PaperOptions};
+use ptsd_blockdev::size::parse_size;
 use ptsd_ftl::sim::{Progress, Simulator, TraceSource};
 use ptsd_ftl::stats::SimReport;
 use ptsd_ftl::trace::{BlkparseEvent, OutOfRange, TraceFormat, TraceOptions, TraceReader};
@@ -76,9 +77,10 @@ pub struct SimArgs {
     /// otherwise].
     #[arg(long, value_enum)]
     sched: Option<SchedKind>,
-    /// Logical capacity (e.g. 16GiB, 512MiB, or bytes).
-    #[arg(long, default_value = "16GiB")]
-    size: String,
+    /// Logical capacity (e.g. 16GiB, 512MiB; K/M/G/T = powers of 1024,
+    /// KB/MB/GB = powers of 1000).
+    #[arg(long, default_value = "16GiB", value_parser = parse_size)]
+    size: u64,
     /// Over-provisioning ratio.
     #[arg(long, default_value_t = 0.2)]
     op: f64,
@@ -144,36 +146,6 @@ pub struct SimArgs {
     seed: u64,
 }
 
-/// Parse `16GiB`, `512MiB`, `4k`, `1.5G`, `1000000` (binary units; `KB`,
-/// `MB`, `GB`, `TB` are decimal).
-fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .parse()
-        .with_context(|| format!("size {s:?}: no number"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        u => bail!("size {s:?}: unknown unit {u:?}"),
-    };
-    let bytes = num * mult as f64;
-    if !(bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64) {
-        bail!("size {s:?} is out of range");
-    }
-    Ok(bytes.round() as u64)
-}
-
 /// `2x`, `2`, `0.5x`, `none`.
 fn parse_factor(s: &str) -> Result<f64> {
     let t = s.trim().trim_end_matches(['x', 'X']);
@@ -208,7 +180,7 @@ impl SimArgs {
             cfg.write_buffer_pages = v;
         }
         cfg.op_ratio = self.op;
-        let mut cfg = cfg.with_logical_bytes(parse_size(&self.size)?);
+        let mut cfg = cfg.with_logical_bytes(self.size);
         cfg.scheme = match self.ftl {
             FtlKind::Page => SchemeConfig::Page,
             FtlKind::Dftl => SchemeConfig::Dftl,
@@ -457,14 +429,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("16GiB").unwrap(), 16 << 30);
-        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
-        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("2GB").unwrap(), 2_000_000_000);
-        assert!(parse_size("12 parsecs").is_err());
-        assert!(parse_size("GiB").is_err());
+    fn sizes_use_the_one_syntax() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sim: SimArgs,
+        }
+        let parse = |args: &[&str]| Cli::try_parse_from([&["sim"], args].concat()).map(|c| c.sim);
+        let a = parse(&["--size", "4GiB", "--map-memory", "4MB"]).unwrap();
+        assert_eq!(a.size, 4 << 30);
+        assert_eq!(a.config().unwrap().map_memory_bytes, Some(4_000_000));
+        assert_eq!(parse(&["--size", "4G"]).unwrap().size, 4 << 30);
+        assert!(parse(&["--size", "4 parsecs"]).is_err());
+        assert!(parse(&["--map-memory", "4 parsecs"])
+            .unwrap()
+            .config()
+            .is_err());
     }
 
     #[test]

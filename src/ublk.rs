@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use ptsd_blockdev::size::parse_size;
 use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
@@ -50,9 +51,9 @@ pub struct AddArgs {
     /// Serve a plain RAM disk instead of the emulated SSD.
     #[arg(long)]
     mem: bool,
-    /// Device size (bytes, or with K/M/G/T suffix).
-    #[arg(long, default_value = "256M")]
-    size: String,
+    /// Device size (e.g. 256MiB, 4GiB; K/M/G/T = powers of 1024, KB/MB/GB = powers of 1000).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    size: u64,
     /// Where the emulated SSD keeps data: none (timing only), mem, or an
     /// image FILE.
     #[arg(long, default_value = "mem")]
@@ -109,29 +110,6 @@ fn parse_lock_mode(s: &str) -> Result<LockMode, String> {
     }
 }
 
-/// `256M` → 268435456. Suffixes K, M, G, T (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => bail!("bad size {s:?}: unknown suffix {c:?}"),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("bad size {s:?}: expected a number with an optional K/M/G/T"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("size {s:?} is too large"))
-}
-
 pub fn run(cmd: UblkCmd) -> Result<()> {
     match cmd {
         UblkCmd::Add(args) => add(args),
@@ -156,12 +134,12 @@ fn add(args: AddArgs) -> Result<()> {
             block_size: args.block_size,
         },
         None if args.mem => BackendSpec::Mem {
-            bytes: parse_size(&args.size)?,
+            bytes: args.size,
             block_size: args.block_size,
         },
         None => BackendSpec::Ftl {
             scheme: args.ftl.unwrap_or(FtlScheme::Ptsd),
-            bytes: parse_size(&args.size)?,
+            bytes: args.size,
             store: match FtlStore::parse(&args.store) {
                 FtlStore::File(p) => FtlStore::File(
                     std::path::absolute(&p)
@@ -410,8 +388,8 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Bytes of the device to use, from offset 0 (default: all of it).
-    #[arg(long)]
-    span: Option<String>,
+    #[arg(long, value_parser = parse_size)]
+    span: Option<u64>,
     /// Block size of the requests.
     #[arg(long, default_value_t = 4096)]
     bs: usize,
@@ -482,7 +460,7 @@ fn verify(a: VerifyArgs) -> Result<()> {
         (&file).seek(std::io::SeekFrom::End(0))?
     };
     let span = match &a.span {
-        Some(s) => parse_size(s)?.min(dev_bytes),
+        Some(s) => (*s).min(dev_bytes),
         None => dev_bytes,
     };
     let blocks = span / a.bs as u64;
@@ -571,4 +549,35 @@ fn verify(a: VerifyArgs) -> Result<()> {
         a.seed
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: UblkCmd,
+    }
+
+    #[test]
+    fn add_and_verify_sizes_use_the_one_syntax() {
+        let add = |size: &str| match Cli::try_parse_from(["ublk", "add", "--size", size])?.cmd {
+            UblkCmd::Add(a) => Ok::<u64, clap::Error>(a.size),
+            _ => unreachable!(),
+        };
+        assert_eq!(add("4GiB").unwrap(), 4 << 30);
+        assert_eq!(add("4G").unwrap(), 4 << 30);
+        assert_eq!(add("4GB").unwrap(), 4_000_000_000);
+        assert!(add("4 parsecs").is_err());
+        match Cli::try_parse_from(["ublk", "verify", "/dev/null", "--span", "64MiB"])
+            .unwrap()
+            .cmd
+        {
+            UblkCmd::Verify(v) => assert_eq!(v.span, Some(64 << 20)),
+            _ => unreachable!(),
+        }
+    }
 }

@@ -27,6 +27,7 @@ mod crash;
 mod error;
 mod file;
 mod mem;
+pub mod size;
 mod uring;
 
 pub use corrupt::{Corruption, CorruptionEvent, SECTOR};
