@@ -20,7 +20,7 @@ enum BenchCommand {
     /// ext4 on a loop device and a no-op FUSE fs, side by side.
     Fs(Box<fs::FsArgs>),
     /// The NVM journal: stage + commit throughput and commit latency,
-    /// partitioned vs the single-lock baseline, 1..N threads.
+    /// partitioned vs the single-lock and short-lock baselines, 1..N threads.
     Journal(journal::JournalArgs),
     /// One ptsd-fs directory grown to a million entries in-process: insert
     /// and lookup CPU time per entry, journal blocks per insert, per window.

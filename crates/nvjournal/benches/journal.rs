@@ -1,6 +1,7 @@
 //! Criterion benches: 4 KiB stage, stage + commit, and two-thread
-//! stage + commit throughput, partitioned vs the single-lock baseline, with
-//! the region in a /dev/shm file (tmpfs mode; falls back to a temp dir).
+//! stage + commit throughput, partitioned vs the single-lock and short-lock
+//! baselines, with the region in a /dev/shm file (tmpfs mode; falls back to
+//! a temp dir).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ fn journal(kind: JournalKind, name: &str) -> (Arc<Journal>, std::path::PathBuf) 
     let cfg = match kind {
         JournalKind::Partitioned => JournalConfig::partitioned(4),
         JournalKind::SingleLock => JournalConfig::single_lock(),
+        JournalKind::ShortLock => JournalConfig::short_lock(),
     };
     (
         Journal::create(region, dev, cfg).expect("create journal"),
@@ -31,10 +33,11 @@ fn journal(kind: JournalKind, name: &str) -> (Arc<Journal>, std::path::PathBuf) 
     )
 }
 
-fn kinds() -> [(JournalKind, &'static str); 2] {
+fn kinds() -> [(JournalKind, &'static str); 3] {
     [
         (JournalKind::Partitioned, "partitioned4"),
         (JournalKind::SingleLock, "single-lock"),
+        (JournalKind::ShortLock, "short-lock"),
     ]
 }
 

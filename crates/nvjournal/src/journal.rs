@@ -38,8 +38,22 @@ pub enum JournalKind {
     /// one checkpoint thread per partition.
     Partitioned,
     /// The JBD2/JFS-like baseline: every stage, finish and commit snapshot
-    /// takes one journal-wide mutex. Use with `partitions: 1`.
+    /// takes one journal-wide mutex, held across the whole stage (claim,
+    /// crc, copy, flush, flag). Use with `partitions: 1`.
     SingleLock,
+    /// A well-built lock design: one ring and one journal-wide mutex, held
+    /// only to claim space, update the index and take the commit snapshot;
+    /// crc, copy, flush and flag happen outside it, so stagers copy in
+    /// parallel. The fair baseline for the partitioned design. Use with
+    /// `partitions: 1`.
+    ShortLock,
+}
+
+impl JournalKind {
+    /// True for the baselines that serialise on one journal-wide mutex.
+    fn has_global_lock(self) -> bool {
+        matches!(self, JournalKind::SingleLock | JournalKind::ShortLock)
+    }
 }
 
 /// How to build or open a journal.
@@ -90,6 +104,16 @@ impl JournalConfig {
     pub fn single_lock() -> Self {
         Self {
             kind: JournalKind::SingleLock,
+            partitions: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The short-lock baseline (one ring, one mutex held only to claim,
+    /// index and snapshot; one checkpointer).
+    pub fn short_lock() -> Self {
+        Self {
+            kind: JournalKind::ShortLock,
             partitions: 1,
             ..Self::default()
         }
@@ -324,7 +348,7 @@ pub(crate) struct Inner {
 }
 
 /// A lock-free partitioned journal on persistent memory (or the
-/// single-lock baseline, see [`JournalKind`]).
+/// single-lock or short-lock baseline, see [`JournalKind`]).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -477,7 +501,7 @@ impl Journal {
             fill_threshold,
             epochs: Epochs::new(rec.epoch + 1, EPOCH_RING),
             aborted: Padded::default(),
-            global_lock: Padded((cfg.kind == JournalKind::SingleLock).then(|| Mutex::new(()))),
+            global_lock: Padded(cfg.kind.has_global_lock().then(|| Mutex::new(()))),
             durable: Padded(Mutex::new(Durable {
                 rec: Record {
                     // Room for every list a commit can write: the record's
@@ -628,7 +652,7 @@ impl Journal {
         self.inner.region.mode()
     }
 
-    /// Partitioned or single-lock.
+    /// Partitioned, single-lock or short-lock.
     pub fn kind(&self) -> JournalKind {
         self.inner.kind
     }
@@ -700,10 +724,11 @@ fn check_config(cfg: &JournalConfig, device: &dyn BlockDevice) -> Result<()> {
             device.block_size()
         )));
     }
-    if cfg.kind == JournalKind::SingleLock && cfg.partitions != 1 {
-        return Err(JournalError::Config(
-            "the single-lock journal has exactly 1 partition".into(),
-        ));
+    if cfg.kind.has_global_lock() && cfg.partitions != 1 {
+        return Err(JournalError::Config(format!(
+            "the {:?} journal has exactly 1 partition",
+            cfg.kind
+        )));
     }
     if cfg.checkpoint_batch == 0 {
         return Err(JournalError::Config(
@@ -922,6 +947,12 @@ impl Inner {
             if used >= self.high_water_slots() && !self.high_water.load(Ordering::Relaxed) {
                 self.high_water.store(true, Ordering::Relaxed);
             }
+        }
+        if self.kind == JournalKind::ShortLock {
+            // The claim is published: a commit snapshot taken from here on
+            // waits for this slot's flag (as in the partitioned journal), so
+            // the copy needs no lock.
+            drop(guard.take());
         }
         let off = self.geo.slot_offset_at(p, index);
         let header = SlotHeader {

@@ -11,8 +11,10 @@
 //! workers have passed it; N checkpoint threads write the newest committed
 //! version of each block to the home [`BlockDevice`](ptsd_blockdev::BlockDevice)
 //! and free ring space. [`Journal::open`] replays exactly the committed
-//! transactions after a crash. [`JournalKind::SingleLock`] is the
-//! JBD2-like baseline behind the same API.
+//! transactions after a crash. [`JournalKind::SingleLock`] (one mutex
+//! held across each whole stage) and [`JournalKind::ShortLock`] (one mutex
+//! held only to claim, index and commit) are the lock-based baselines
+//! behind the same API.
 //!
 //! See the crate README for the layout and the correctness argument.
 //!

@@ -253,6 +253,11 @@ fn concurrent_single_lock() {
 }
 
 #[test]
+fn concurrent_short_lock() {
+    concurrent_workload(JournalKind::ShortLock, 1);
+}
+
+#[test]
 fn backpressure_waits_for_checkpoint_and_full_is_reported() {
     let d = dev(64);
     // A tiny region: 1 partition of a handful of slots.

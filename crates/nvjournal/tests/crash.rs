@@ -213,6 +213,28 @@ fn crash_at_every_event_single_lock() {
 }
 
 #[test]
+fn crash_at_every_event_short_lock() {
+    let seed = seed_override().unwrap_or(5);
+    every_event(JournalKind::ShortLock, 1, seed, 10);
+}
+
+/// Several stagers copying outside the short lock at once, crashed at a
+/// random event: a commit must still cover only fully staged slots.
+#[test]
+fn crash_multithreaded_random_points_short_lock() {
+    let base = seed_override().unwrap_or(3000);
+    let runs = if seed_override().is_some() { 1 } else { 16 };
+    for seed in base..base + runs {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let threads = rng.gen_range(2..=3);
+        let total = crash_run(JournalKind::ShortLock, 1, threads, 25, seed, None);
+        let at = rng.gen_range(0..total.max(1));
+        println!("seed {seed}: short-lock threads {threads} crash at {at}/{total}");
+        crash_run(JournalKind::ShortLock, 1, threads, 25, seed, Some(at));
+    }
+}
+
+#[test]
 fn crash_multithreaded_random_points() {
     let base = seed_override().unwrap_or(1000);
     let runs = if seed_override().is_some() { 1 } else { 24 };
@@ -247,7 +269,11 @@ fn crash_multithreaded_random_points() {
 /// covers it, it is replayed too.
 #[test]
 fn commit_excludes_open_transactions() {
-    for kind in [JournalKind::Partitioned, JournalKind::SingleLock] {
+    for kind in [
+        JournalKind::Partitioned,
+        JournalKind::SingleLock,
+        JournalKind::ShortLock,
+    ] {
         let partitions = if kind == JournalKind::Partitioned {
             3
         } else {

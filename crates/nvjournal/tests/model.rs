@@ -173,4 +173,9 @@ proptest! {
     fn single_lock_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
         run(JournalKind::SingleLock, 1, ops);
     }
+
+    #[test]
+    fn short_lock_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run(JournalKind::ShortLock, 1, ops);
+    }
 }

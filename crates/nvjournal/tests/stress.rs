@@ -132,3 +132,8 @@ fn stress_partitioned() {
 fn stress_single_lock() {
     stress(JournalKind::SingleLock, 1);
 }
+
+#[test]
+fn stress_short_lock() {
+    stress(JournalKind::ShortLock, 1);
+}
