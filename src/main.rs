@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod fs;
 mod sim;
+#[cfg(feature = "ublk")]
 mod ublk;
 
 #[derive(Parser)]
@@ -37,9 +38,17 @@ enum Command {
     /// Simulate the emulated SSD (workloads, traces, the PTSD paper's experiment).
     Sim(sim::SimArgs),
     /// Serve a device as /dev/ublkbN through the kernel's ublk driver.
+    #[cfg(feature = "ublk")]
     Ublk {
         #[command(subcommand)]
         cmd: ublk::UblkCmd,
+    },
+    /// Serve a device as /dev/ublkbN (not in this build: needs the cargo
+    /// feature `ublk`).
+    #[cfg(not(feature = "ublk"))]
+    Ublk {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
     },
 }
 
@@ -60,7 +69,14 @@ fn main() -> Result<()> {
         Command::Umount(a) => fs::umount_cmd(&a)?,
         Command::Bench(args) => bench::run(args)?,
         Command::Sim(args) => sim::run(args)?,
+        #[cfg(feature = "ublk")]
         Command::Ublk { cmd } => ublk::run(cmd)?,
+        #[cfg(not(feature = "ublk"))]
+        Command::Ublk { .. } => anyhow::bail!(
+            "this ptsd was built without the ublk frontend; rebuild it with \
+             `cargo install --path . --features ublk` (its build needs libclang: \
+             `apt install libclang-dev`, which scripts/setup does)"
+        ),
     }
     Ok(())
 }

@@ -79,18 +79,27 @@ if LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -q 'not foun
 fi
 
 # --- static ptsd -------------------------------------------------------------
-rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl \
-    || rustup target add x86_64-unknown-linux-musl
-log "building static ptsd (musl, release)"
+# Debian's packaged Rust has no musl target: then a glibc build, whose
+# libraries go into the initramfs like mke2fs's below.
+target=x86_64-unknown-linux-musl
+if command -v rustup >/dev/null 2>&1; then
+    rustup target list --installed 2>/dev/null | grep -q $target || rustup target add $target
+else
+    target=$(rustc -vV | sed -n 's/^host: //p')
+fi
+log "building ptsd ($target, release)"
 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true \
-    cargo build --release --locked --quiet --target x86_64-unknown-linux-musl --bin ptsd
-ptsd_bin=$root/target/x86_64-unknown-linux-musl/release/ptsd
+    cargo build --release --locked --quiet --target "$target" --features ublk --bin ptsd
+ptsd_bin=$root/target/$target/release/ptsd
 
 # --- initramfs ---------------------------------------------------------------
 rd=$cache/initramfs
 rm -rf "$rd" && mkdir -p "$rd"/{bin,sbin,lib,lib64,proc,sys,dev,run,tmp,mnt,etc}
 cp "$(command -v busybox)" "$rd/bin/busybox"
 cp "$ptsd_bin" "$rd/bin/ptsd"
+for lib in $(ldd "$ptsd_bin" 2>/dev/null | grep -o '/[^ ]*'); do # none when static
+    mkdir -p "$rd$(dirname "$lib")" && cp -L "$lib" "$rd$lib"
+done
 cp "$kdir/ublk_drv.ko" "$kdir/brd.ko" "$rd/lib/"
 mke2fs=$(command -v mke2fs || echo /sbin/mke2fs)
 cp "$mke2fs" "$rd/sbin/mke2fs"
