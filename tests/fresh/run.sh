@@ -32,8 +32,13 @@ base=$dir/$suite-base.tar
 if [ ! -f "$base" ]; then
     echo "== fresh: debootstrap $suite with rustc and cargo (once; cached as $base)"
     rm -rf "$dir/base.tmp"
-    debootstrap --variant=minbase --include=rustc,cargo,ca-certificates \
-        "$suite" "$dir/base.tmp" "$mirror"
+    debootstrap --variant=minbase --include=ca-certificates "$suite" "$dir/base.tmp" "$mirror"
+    # apt, not debootstrap --include: rustc depends on the virtual libc-dev,
+    # which debootstrap does not resolve.
+    mount -t proc proc "$dir/base.tmp/proc"
+    chroot "$dir/base.tmp" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc cargo && apt-get clean' \
+        || { umount "$dir/base.tmp/proc"; exit 1; }
+    umount "$dir/base.tmp/proc"
     tar -C "$dir/base.tmp" -cf "$base.tmp" . && mv "$base.tmp" "$base"
     rm -rf "$dir/base.tmp"
 fi
