@@ -1,0 +1,178 @@
+//! Host operations: read, write (into the buffer), discard, flush.
+
+use super::{Cause, Queued, Ssd, IN_BUFFER, MAX_TRIM_PAGES, UNMAPPED};
+use crate::error::FtlError;
+use crate::request::Request;
+
+impl Ssd {
+    // ---- host operations -------------------------------------------------
+
+    /// Serve read `req`, filling `dest` (if any: `pages * page_size` bytes).
+    pub(super) fn do_read(
+        &mut self,
+        req: &Request,
+        t: u64,
+        dest: Option<&mut [u8]>,
+    ) -> Result<u64, FtlError> {
+        self.serving_read = true;
+        let r = self.read_pages(req, t, dest);
+        self.serving_read = false;
+        r
+    }
+
+    pub(super) fn read_pages(
+        &mut self,
+        req: &Request,
+        t: u64,
+        mut dest: Option<&mut [u8]>,
+    ) -> Result<u64, FtlError> {
+        let page = self.g.page_size as usize;
+        let mut done = t;
+        let mut acts = self.take_acts();
+        for i in 0..req.pages {
+            let lpn = (req.lpn + u64::from(i)) as u32;
+            self.stats.host_read_pages += 1;
+            let e = self.l2p[lpn as usize];
+            if e != UNMAPPED && e & IN_BUFFER != 0 {
+                self.stats.buffer_read_hits += 1;
+                if let Some(b) = dest.as_deref_mut() {
+                    let chunk = &mut b[i as usize * page..(i as usize + 1) * page];
+                    if self.has_data {
+                        chunk.copy_from_slice(self.buf.slot_data((e & !IN_BUFFER) as usize));
+                    } else {
+                        chunk.fill(0);
+                    }
+                }
+                done = done.max(t + self.cfg.t_dram_ns);
+                continue;
+            }
+            acts.clear();
+            if self.cache.read(lpn, self.per_map_page.div(lpn), &mut acts) {
+                self.stats.cmt_read_hits += 1;
+            } else {
+                self.stats.cmt_read_misses += 1;
+            }
+            let ready = if acts.is_empty() {
+                t
+            } else {
+                self.exec_acts(&acts, t, Cause::Read)?
+            };
+            if e == UNMAPPED {
+                if let Some(b) = dest.as_deref_mut() {
+                    b[i as usize * page..(i as usize + 1) * page].fill(0);
+                }
+                done = done.max(ready + self.cfg.t_dram_ns);
+                continue;
+            }
+            let end = self.op_read(e, ready);
+            self.stats.flash_data_reads += 1;
+            done = done.max(end);
+            if let Some(b) = dest.as_deref_mut() {
+                let chunk = &mut b[i as usize * page..(i as usize + 1) * page];
+                if self.has_data {
+                    self.store.read(e, chunk)?;
+                } else {
+                    chunk.fill(0);
+                }
+            }
+        }
+        self.put_acts(acts);
+        // DFTL's write-backs (and any GC they set off) end the read too.
+        Ok(done.max(self.horizon))
+    }
+
+    /// Copy a write into the buffer. `sync`: flush synchronously when full
+    /// (read-priority); otherwise flush asynchronously, waiting only for the
+    /// previous flush to drain (double buffering).
+    /// `src`: the bytes (`pages * page_size`), if any.
+    pub(super) fn do_write(
+        &mut self,
+        req: &Request,
+        t: u64,
+        sync: bool,
+        src: Option<&[u8]>,
+    ) -> Result<u64, FtlError> {
+        let page = self.g.page_size as usize;
+        let mut ready = t;
+        for i in 0..req.pages {
+            let lpn = (req.lpn + u64::from(i)) as u32;
+            self.stats.host_write_pages += 1;
+            let e = self.l2p[lpn as usize];
+            let slot = if e != UNMAPPED && e & IN_BUFFER != 0 {
+                (e & !IN_BUFFER) as usize
+            } else {
+                if self.buf.full() {
+                    if sync {
+                        ready = self.flush_buffer(ready)?;
+                    } else {
+                        ready = ready.max(self.flush_busy_until);
+                        let end = self.flush_buffer(t)?;
+                        self.flush_busy_until = self.flush_busy_until.max(end);
+                    }
+                }
+                let slot = self.buf.len();
+                self.buf.lpn.push(lpn);
+                // Not `e`: the flush's GC may have moved the old copy.
+                self.buf.prev.push(self.l2p[lpn as usize]);
+                self.l2p[lpn as usize] = IN_BUFFER | slot as u32;
+                slot
+            };
+            if let Some(d) = src.filter(|_| self.has_data) {
+                self.buf
+                    .slot_data(slot)
+                    .copy_from_slice(&d[i as usize * page..(i as usize + 1) * page]);
+            }
+        }
+        Ok(ready + self.cfg.t_dram_ns)
+    }
+
+    pub(super) fn do_discard(&mut self, q: &Queued, t: u64) -> Result<u64, FtlError> {
+        let mut acts = self.take_acts();
+        for i in 0..q.req.pages {
+            let lpn = (q.req.lpn + u64::from(i)) as u32;
+            self.stats.host_discard_pages += 1;
+            let mut e = self.l2p[lpn as usize];
+            if e != UNMAPPED && e & IN_BUFFER != 0 {
+                let slot = (e & !IN_BUFFER) as usize;
+                e = self.buf.prev[slot];
+                self.buffer_remove(slot);
+            }
+            self.l2p[lpn as usize] = UNMAPPED;
+            if e == UNMAPPED {
+                continue;
+            }
+            self.mark_map_stale(lpn);
+            self.flash.invalidate(e, t);
+            acts.clear();
+            if self.cache.write(lpn, self.per_map_page.div(lpn), &mut acts) {
+                self.stats.cmt_write_hits += 1;
+            } else {
+                self.stats.cmt_write_misses += 1;
+            }
+            self.exec_acts(&acts, t, Cause::Write)?;
+            if self.persistent {
+                self.seq += 1;
+                match self.trim_log.last_mut() {
+                    Some((first, n, _)) if *first + *n == lpn => *n += 1,
+                    _ => self.trim_log.push((lpn, 1, self.seq)),
+                }
+            }
+        }
+        self.put_acts(acts);
+        Ok((t + self.cfg.t_dram_ns).max(self.horizon))
+    }
+
+    pub(super) fn do_flush(&mut self, t: u64) -> Result<u64, FtlError> {
+        self.stats.host_flushes += 1;
+        let end = self.flush_buffer(t)?;
+        self.flush_busy_until = self.flush_busy_until.max(end);
+        if self.persistent {
+            self.persist_trims(t)?;
+            if self.trim_pages.len() > MAX_TRIM_PAGES {
+                self.checkpoint(t)?;
+            }
+            self.store.sync()?;
+        }
+        Ok(end.max(self.last_program_end).max(self.horizon))
+    }
+}
