@@ -403,7 +403,7 @@ impl Journal {
         cfg: JournalConfig,
     ) -> Result<Arc<Self>> {
         check_config(&cfg, device.as_ref())?;
-        let region: Box<dyn Persist> = Box::new(region);
+        let region = crate::flushcheck::wrap_from_env(Box::new(region));
         let geo = Geometry::plan(
             region.len() as u64,
             cfg.partitions,
@@ -429,6 +429,9 @@ impl Journal {
         region.persist_ranges(&ranges);
         region.write(0, &geo.encode());
         region.persist(0, SB_SIZE);
+        // The first record must not reach the media before the superblock
+        // and the wiped slots (under msync, one msync orders nothing).
+        region.sync()?;
         let n = geo.partitions as usize;
         let rec = Record {
             kind: RecordKind::Format,
@@ -452,7 +455,7 @@ impl Journal {
         device: Arc<dyn BlockDevice>,
         cfg: JournalConfig,
     ) -> Result<(Arc<Self>, RecoveryReport)> {
-        let region: Box<dyn Persist> = Box::new(region);
+        let region = crate::flushcheck::wrap_from_env(Box::new(region));
         if region.len() < SB_SIZE {
             return Err(FormatError::Truncated.into());
         }
@@ -577,7 +580,9 @@ impl Journal {
     /// Make every transaction finished before this call durable. Concurrent
     /// callers share one commit (group commit).
     pub fn commit(&self) -> Result<()> {
-        self.inner.commit()
+        self.inner.commit()?;
+        self.inner.region.check_durable();
+        Ok(())
     }
 
     /// Read the newest finished version of `block`: from the journal while
@@ -609,6 +614,7 @@ impl Journal {
                 d.rec.tails = d.rec.heads.clone();
                 d.write(RecordKind::Clean, inner.region.as_ref(), &inner.geo);
                 inner.region.sync()?;
+                inner.region.check_durable();
             }
         }
         let _ =
@@ -738,6 +744,39 @@ fn check_config(cfg: &JournalConfig, device: &dyn BlockDevice) -> Result<()> {
     Ok(())
 }
 
+/// A flush the protocol needs, dropped on purpose by a unit test to show
+/// that the flush checker notices (see `flushcheck`'s tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DroppedFlush {
+    /// A stage writes header and payload without write-back.
+    StagePayload,
+    /// A stage sets the flag without write-back.
+    StageFlag,
+    /// An abort sets the flags without write-back.
+    AbortFlag,
+    /// A commit record is written without write-back.
+    Record,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The mutant active on this thread (unit tests only).
+    pub(crate) static MUTANT: Cell<Option<DroppedFlush>> = const { Cell::new(None) };
+}
+
+/// True if a unit test dropped this flush on this thread; constant false
+/// outside `cfg(test)`.
+#[inline(always)]
+fn mutated(m: DroppedFlush) -> bool {
+    #[cfg(test)]
+    return MUTANT.with(|a| a.get() == Some(m));
+    #[cfg(not(test))]
+    {
+        let _ = m;
+        false
+    }
+}
+
 /// Encode `rec`, write it to its place in the commit area and make it
 /// durable.
 ///
@@ -765,7 +804,13 @@ pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
         );
         // SAFETY: see above: no other thread writes or reads the commit
         // area meanwhile.
-        unsafe { region.write_persist_unshared(off, &[&buf[..]]) };
+        unsafe {
+            if mutated(DroppedFlush::Record) {
+                region.write_unshared(off, buf);
+            } else {
+                region.write_persist_unshared(off, &[&buf[..]]);
+            }
+        }
     };
     // A thread whose thread-locals are gone (exiting) uses a fresh buffer.
     if RECORD_BUF.try_with(|b| write(&mut b.borrow_mut())).is_err() {
@@ -969,11 +1014,18 @@ impl Inner {
         // lap's occupant was checkpointed, dropped from the index and freed
         // (tail advanced, Acquire) before we got here.
         unsafe {
-            self.region
-                .write_persist_unshared(off, &[&header[..], data])
+            if mutated(DroppedFlush::StagePayload) {
+                self.region.write_unshared(off, &header);
+                self.region.write_unshared(off + SLOT_HEADER, data);
+            } else {
+                self.region
+                    .write_persist_unshared(off, &[&header[..], data]);
+            }
         };
         self.region.write(off + FLAG_AT, &FLAG_STAGED.to_le_bytes());
-        self.region.persist(off + FLAG_AT, 8);
+        if !mutated(DroppedFlush::StageFlag) {
+            self.region.persist(off + FLAG_AT, 8);
+        }
         meta.publish_staged(pos);
         drop(guard);
         Ok((p as u32, pos))
@@ -1055,7 +1107,9 @@ impl Inner {
                 ranges.push((off, 8));
             }
             // Durable before the epoch is marked done and can commit.
-            self.region.persist_ranges(&ranges);
+            if !mutated(DroppedFlush::AbortFlag) {
+                self.region.persist_ranges(&ranges);
+            }
             for &(p, pos, _) in slots {
                 self.parts[p as usize].ring.publish_aborted(pos);
             }

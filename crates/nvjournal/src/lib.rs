@@ -42,6 +42,7 @@
 mod crash;
 mod error;
 mod flush;
+mod flushcheck;
 mod journal;
 mod layout;
 #[doc(hidden)]
@@ -52,6 +53,7 @@ mod region;
 pub use crash::CrashRegion;
 pub use error::{FormatError, JournalError};
 pub use flush::{flush_instr, FlushInstr, CACHE_LINE};
+pub use flushcheck::FlushCheck;
 pub use journal::{Journal, JournalConfig, JournalKind, JournalStats, RecoveryReport, Tx, TxId};
 pub use layout::{Geometry, RecordKind, MAX_PARTITIONS};
 pub use region::{Persist, PmemRegion, RegionError, RegionMode};

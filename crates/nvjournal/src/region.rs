@@ -136,6 +136,10 @@ pub trait Persist: Send + Sync {
     /// Make every store so far durable where cache flushes are not enough
     /// (`msync` in [`RegionMode::Msync`]; a no-op elsewhere).
     fn sync(&self) -> Result<(), RegionError>;
+    /// The journal is about to tell its caller that everything committed
+    /// is durable (a commit returning, a clean close). Nothing to do for a
+    /// real region; a [`FlushCheck`](crate::FlushCheck) verifies it there.
+    fn check_durable(&self) {}
 }
 
 impl<T: Persist + ?Sized> Persist for std::sync::Arc<T> {
@@ -175,6 +179,9 @@ impl<T: Persist + ?Sized> Persist for std::sync::Arc<T> {
     }
     fn sync(&self) -> Result<(), RegionError> {
         (**self).sync()
+    }
+    fn check_durable(&self) {
+        (**self).check_durable()
     }
 }
 
