@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod fs;
 mod sim;
+mod sweep;
 #[cfg(feature = "ublk")]
 mod ublk;
 
@@ -21,6 +22,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Print the version and exit.

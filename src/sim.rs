@@ -144,6 +144,31 @@ pub struct SimArgs {
     json: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+
+    /// Run a sweep: a TOML file with `[base]` options and `[axes]` (option =
+    /// list of values; the cartesian product) or `[[runs]]`; any option of
+    /// `ptsd sim` may appear, spelt as on the command line (`map-memory` or
+    /// `map_memory`). Writes one JSON-lines file per shard into --sweep-out.
+    #[arg(long, value_name = "SWEEP.toml")]
+    sweep: Option<PathBuf>,
+    /// --sweep: run the I-th of N disjoint slices (`I/N`) [default: from
+    /// SLURM_ARRAY_TASK_ID/_MIN/_COUNT or JOB_COMPLETION_INDEX with
+    /// PTSD_SHARD_COUNT, else the whole sweep].
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// --sweep: directory of the shard files (`ptsd sim merge` reads it).
+    #[arg(long, default_value = "target/sweep")]
+    sweep_out: PathBuf,
+
+    #[command(subcommand)]
+    action: Option<SimAction>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SimAction {
+    /// Merge the shard files of a sweep: check that every run is present
+    /// exactly once, then write a table, one JSON and plots against each axis.
+    Merge(crate::sweep::MergeArgs),
 }
 
 /// `2x`, `2`, `0.5x`, `none`.
@@ -289,9 +314,68 @@ fn print_outputs(table: &str, json: Option<String>) -> Result<()> {
 }
 
 pub fn run(args: SimArgs) -> Result<()> {
+    if let Some(SimAction::Merge(m)) = &args.action {
+        return crate::sweep::merge(m);
+    }
+    if let Some(file) = &args.sweep {
+        return crate::sweep::run(file, args.shard.as_deref(), &args.sweep_out);
+    }
     if args.paper {
         return run_paper(&args);
     }
+    let (cfg, report) = simulate(&args, true)?;
+    #[derive(Serialize)]
+    struct Output<'a> {
+        config: &'a FtlConfig,
+        report: &'a SimReport<FtlStats>,
+    }
+    let json = if args.json {
+        Some(serde_json::to_string_pretty(&Output {
+            config: &cfg,
+            report: &report,
+        })?)
+    } else {
+        None
+    };
+    let wall: f64 = report.phases.iter().map(|p| p.wall_seconds).sum();
+    let reqs: u64 = report.phases.iter().map(|p| p.throughput.requests).sum();
+    let table = format!(
+        "{}\nwall time {:.2} s, {:.2} M simulated requests per wall second\n",
+        report.table(),
+        wall,
+        reqs as f64 / wall.max(1e-9) / 1e6
+    );
+    print_outputs(&table, json)
+}
+
+/// Options a sweep may not set: they choose what `ptsd sim` does, not what
+/// one run simulates.
+pub const NOT_SWEEPABLE: &[&str] = &[
+    "paper",
+    "json",
+    "sweep",
+    "shard",
+    "sweep-out",
+    "out",
+    "threads",
+];
+
+/// One sweep run: `ptsd sim` parsed from `--option value` words.
+pub fn simulate_words(words: &[String]) -> Result<serde_json::Value> {
+    #[derive(clap::Parser)]
+    #[command(no_binary_name = true)]
+    struct One {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+    let one = <One as clap::Parser>::try_parse_from(words).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (config, report) = simulate(&one.sim, false)?;
+    Ok(serde_json::json!({ "config": config, "report": report }))
+}
+
+/// Run the configured workload (or trace) and return the device
+/// configuration and the per-phase report.
+fn simulate(args: &SimArgs, progress: bool) -> Result<(FtlConfig, SimReport<FtlStats>)> {
     let cfg = args.config()?;
     let pages = cfg.logical_pages();
     let ssd = Ssd::new(cfg.clone()).context("creating the SSD")?;
@@ -334,10 +418,13 @@ pub fn run(args: SimArgs) -> Result<()> {
     }
     let planned: u64 = plan.iter().map(|(_, s)| s.requests).sum();
 
-    let bar = LazyBar::new(planned.max(1), "sim");
+    // A sweep prints a line per run instead of a bar.
+    let bar = progress.then(|| LazyBar::new(planned.max(1), "sim"));
     let before = AtomicU64::new(0);
     let mut sim = Simulator::new(ssd).with_progress(|p: &Progress<'_>| {
-        bar.set(before.load(Ordering::Relaxed) + p.completed, Some(p.phase));
+        if let Some(bar) = &bar {
+            bar.set(before.load(Ordering::Relaxed) + p.completed, Some(p.phase));
+        }
     });
     let mut report = SimReport::<FtlStats> {
         label,
@@ -373,30 +460,11 @@ pub fn run(args: SimArgs) -> Result<()> {
         };
         report.phases.push(phase);
     }
-    bar.finish();
-
-    #[derive(Serialize)]
-    struct Output<'a> {
-        config: &'a FtlConfig,
-        report: &'a SimReport<FtlStats>,
+    drop(sim);
+    if let Some(bar) = &bar {
+        bar.finish();
     }
-    let json = if args.json {
-        Some(serde_json::to_string_pretty(&Output {
-            config: &cfg,
-            report: &report,
-        })?)
-    } else {
-        None
-    };
-    let wall: f64 = report.phases.iter().map(|p| p.wall_seconds).sum();
-    let reqs: u64 = report.phases.iter().map(|p| p.throughput.requests).sum();
-    let table = format!(
-        "{}\nwall time {:.2} s, {:.2} M simulated requests per wall second\n",
-        report.table(),
-        wall,
-        reqs as f64 / wall.max(1e-9) / 1e6
-    );
-    print_outputs(&table, json)
+    Ok((cfg, report))
 }
 
 fn run_paper(args: &SimArgs) -> Result<()> {

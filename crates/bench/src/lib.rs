@@ -28,3 +28,4 @@
 pub mod fsbench;
 pub mod paper_ftl;
 pub mod plot;
+pub mod sweep;
