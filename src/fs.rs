@@ -5,20 +5,13 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use ptsd_blockdev::size::parse_size;
-use ptsd_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
-use ptsd_fs::format::{Superblock, STATE_DIRTY};
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
-use ptsd_fs::{mkfs, DirectStore, FileSystem, JournalStore, MkfsOptions, Store};
-use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
-use ptsd_nvjournal::{Journal, JournalConfig, PmemRegion, RegionMode};
-
-/// Logical size of the embedded default device (the emulated SSD).
-const DEFAULT_IMAGE_BYTES: u64 = 4 << 30;
+use ptsd_nvjournal::JournalConfig;
+use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
@@ -33,7 +26,8 @@ pub struct MkfsArgs {
 
 #[derive(Args, Debug)]
 pub struct FsckArgs {
-    /// Image file or block device to check (unmounted). Default: the
+    /// Image file or block device to check (unmounted; a mounted one is
+    /// refused). Default: the
     /// embedded emulated SSD of the data directory.
     pub device: Option<PathBuf>,
     /// Data directory of the default device (as for `ptsd mount`).
@@ -72,6 +66,13 @@ pub struct MountArgs {
     /// or $PTSD_DATA_DIR).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// After an unclean stop whose journal is gone (a deleted --journal
+    /// file), mount anyway: what was committed but not yet checkpointed is
+    /// lost, the device is repaired as `ptsd fsck --repair` would. A missing
+    /// RAM journal (in /dev/shm: gone after a reboot) is discarded without
+    /// this flag, after saying so.
+    #[arg(long)]
+    pub discard_missing_journal: bool,
     /// Let other users access the mount.
     #[arg(long)]
     pub allow_other: bool,
@@ -83,7 +84,7 @@ pub struct MountArgs {
     pub foreground: bool,
     /// Mount options as given by mount(8) (-o a,b,c); understood:
     /// allow_other, journal=PATH, journal_partitions=N, journal_size=SIZE,
-    /// threads=N.
+    /// threads=N, data_dir=PATH, discard_missing_journal.
     #[arg(short = 'o')]
     pub options: Option<String>,
     /// Where to mount.
@@ -96,42 +97,19 @@ pub struct UmountArgs {
     pub dir: PathBuf,
 }
 
-fn open_device(path: &Path) -> Result<Arc<dyn BlockDevice>> {
-    let dev = FileDevice::open(path, 4096)
-        .with_context(|| format!("opening device {}", path.display()))?;
-    Ok(Arc::new(dev))
+fn lock_wait() -> std::time::Duration {
+    std::time::Duration::from_secs(60)
 }
 
 pub fn mkfs_cmd(a: &MkfsArgs) -> Result<()> {
-    let dev: Arc<dyn BlockDevice> = match a.size {
-        Some(bytes) => {
-            let meta = std::fs::metadata(&a.device).ok();
-            if meta
-                .as_ref()
-                .is_some_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))
-            {
-                bail!(
-                    "--size only applies to image files; {} is a block device",
-                    a.device.display()
-                );
-            }
-            Arc::new(
-                FileDevice::create(&a.device, 4096, bytes / 4096)
-                    .with_context(|| format!("creating image {}", a.device.display()))?,
-            )
-        }
-        None => {
-            if !a.device.exists() {
-                bail!(
-                    "{} does not exist (give --size to create an image file)",
-                    a.device.display()
-                );
-            }
-            open_device(&a.device)?
-        }
-    };
-    let store = DirectStore::new(dev)?;
-    let sb = mkfs(&store, &MkfsOptions::default())?;
+    if a.size.is_none() && !a.device.exists() {
+        bail!(
+            "{} does not exist (give --size to create an image file)",
+            a.device.display()
+        );
+    }
+    let f = ptsd_stack::mkfs(&DeviceSpec::Path(a.device.clone()), a.size, lock_wait())?;
+    let sb = &f.superblock;
     println!(
         "ptsd mkfs: {} blocks of 4096 bytes ({} MiB) on {}, uuid {}",
         sb.num_blocks,
@@ -146,163 +124,42 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
-    let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
-    let mut ssd = None;
-    let dev = match &a.device {
-        Some(p) => open_device(p)?,
-        None => {
-            let s = Arc::new(open_default_ssd(&data)?.0);
-            ssd = Some(s.clone());
-            s as Arc<dyn BlockDevice>
-        }
+/// The stack `--device`/`--data-dir`/`--journal` name (shared by mount and
+/// fsck).
+fn spec_of(
+    device: &Option<PathBuf>,
+    data_dir: &Option<PathBuf>,
+    journal: &Option<PathBuf>,
+) -> StackSpec {
+    let data = data_dir.clone().unwrap_or_else(default_data_dir);
+    let dev = match device {
+        Some(p) => DeviceSpec::Path(p.clone()),
+        None => DeviceSpec::DataDir(data.clone()),
     };
-    let res = fsck_on(a, dev, &data);
-    if let Some(s) = ssd {
-        s.with_ssd(|x| x.shutdown())?;
+    let journal = match journal {
+        Some(p) => JournalSpec::File(p.clone()),
+        None => JournalSpec::Default { data_dir: data },
+    };
+    let mut spec = StackSpec::new(dev, journal);
+    spec.lock_wait = lock_wait();
+    spec
+}
+
+pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
+    let spec = spec_of(&a.device, &a.data_dir, &a.journal);
+    let out = ptsd_stack::fsck(&spec, a.repair)?;
+    for n in &out.notes {
+        println!("ptsd fsck: {n}");
     }
-    if !res? {
+    for p in &out.report.problems {
+        println!("{p}");
+    }
+    println!("{}", out.report.summary());
+    if !out.clean {
         // fsck(8) convention: 4 = errors left uncorrected.
         std::process::exit(4);
     }
     Ok(())
-}
-
-/// Returns whether the file system is (now) clean.
-fn fsck_on(a: &FsckArgs, dev: Arc<dyn BlockDevice>, data: &Path) -> Result<bool> {
-    let sb = read_superblock(&dev)?;
-    if sb.state == STATE_DIRTY {
-        let jpath = a
-            .journal
-            .clone()
-            .unwrap_or_else(|| default_journal_path(&sb, data));
-        if jpath.exists() {
-            // Replay what was committed, then check the device alone.
-            let store = open_journaled(dev.clone(), &sb, &jpath, 0, 1, 0.0)?;
-            store.close()?;
-            println!("ptsd fsck: replayed journal {}", jpath.display());
-        } else {
-            println!("ptsd fsck: not cleanly unmounted and no journal at {}: checking the device as it is", jpath.display());
-        }
-    }
-    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev)?);
-    let report = ptsd_fs::fsck::check(store.clone(), a.repair)?;
-    for p in &report.problems {
-        println!("{p}");
-    }
-    println!("{}", report.summary());
-    Ok(report.problems.is_empty() || a.repair)
-}
-
-/// The embedded default device: the emulated SSD (PTSD mapping) whose
-/// persistent image is `ssd.img` in the data directory. Returns it, the
-/// image path, and whether the image is new.
-fn open_default_ssd(data: &Path) -> Result<(SsdDevice, PathBuf, bool)> {
-    let img = data.join("ssd.img");
-    let fresh = std::fs::metadata(&img)
-        .map(|m| m.len() == 0)
-        .unwrap_or(true);
-    let mut cfg = FtlConfig::paper(Variant::WriteOpt, DEFAULT_IMAGE_BYTES);
-    cfg.store = StoreKind::File { path: img.clone() };
-    // The image is the emulated NAND's backing store, written one 4 KiB
-    // page per program. Through the page cache those writes are memory
-    // copies that the kernel writes back in large runs; O_DIRECT would make
-    // each one a device I/O (in a VM: an exit per page), which cost the
-    // checkpoint threads more CPU than everything else in the file system.
-    // Durability is the same: the FTL's sync points flush the file
-    // (fdatasync), as they flushed the disk cache under O_DIRECT.
-    let opts = FileDeviceOptions::new()
-        .block_size(cfg.page_size)
-        .direct(false);
-    let dev = if fresh {
-        opts.create(&img, Ssd::image_blocks(&cfg, cfg.page_size))
-    } else {
-        opts.open(&img)
-    }
-    .with_context(|| format!("opening the emulated SSD image {}", img.display()))?;
-    let ssd = Ssd::open_on(cfg, Box::new(dev))
-        .with_context(|| format!("opening the emulated SSD {}", img.display()))?;
-    Ok((SsdDevice::virtual_time(ssd), img, fresh))
-}
-
-fn read_superblock(dev: &Arc<dyn BlockDevice>) -> Result<Superblock> {
-    let mut b = vec![0u8; 4096];
-    dev.read(0, &mut b).context("reading the superblock")?;
-    Ok(Superblock::decode(&b, dev.num_blocks())?)
-}
-
-/// Where a file system's journal lives unless `--journal` says otherwise:
-/// /dev/shm when present (RAM, like the paper's NVM emulation), else the
-/// data directory. Named by the file system's uuid, so a journal never
-/// meets a file system it does not belong to.
-fn default_journal_path(sb: &Superblock, data_dir: &Path) -> PathBuf {
-    let name = format!("ptsd-{}.journal", hex(&sb.uuid));
-    if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm").join(name)
-    } else {
-        data_dir.join(name)
-    }
-}
-
-/// Open the journal for `dev` (recovering it if the file system was not
-/// unmounted cleanly, else starting a fresh one) and wrap it as the store.
-fn open_journaled(
-    dev: Arc<dyn BlockDevice>,
-    sb: &Superblock,
-    path: &Path,
-    size: u64,
-    partitions: u32,
-    checkpoint_secs: f64,
-) -> Result<Arc<dyn Store>> {
-    let cfg = JournalConfig {
-        checkpoint_interval: (checkpoint_secs > 0.0)
-            .then(|| std::time::Duration::from_secs_f64(checkpoint_secs)),
-        ..JournalConfig::partitioned(partitions.max(1))
-    };
-    let (journal, how) = if sb.state == STATE_DIRTY {
-        if !path.exists() {
-            bail!(
-                "the file system was not unmounted cleanly and its journal {} is missing (a RAM journal does not survive a reboot); run `ptsd fsck --repair` on the device",
-                path.display()
-            );
-        }
-        let len = std::fs::metadata(path)?.len();
-        let region = PmemRegion::open_file(path, len)
-            .with_context(|| format!("mapping journal {}", path.display()))?;
-        let (j, report) = Journal::open(region, dev.clone(), cfg)
-            .with_context(|| format!("recovering journal {}", path.display()))?;
-        (
-            j,
-            format!("recovered, {} blocks replayed", report.replayed_blocks),
-        )
-    } else {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).ok();
-        }
-        let size = size.max(8 << 20) / 4096 * 4096;
-        let region = PmemRegion::open_file(path, size)
-            .with_context(|| format!("mapping journal {}", path.display()))?;
-        (
-            Journal::create(region, dev.clone(), cfg)
-                .with_context(|| format!("creating journal {}", path.display()))?,
-            "new".to_string(),
-        )
-    };
-    let mode = journal.mode();
-    let durable = match mode {
-        RegionMode::Dax => "power-loss safe (persistent memory, MAP_SYNC + cache-line flushes)",
-        RegionMode::Msync => "power-loss safe (mmap + msync at each commit)",
-        RegionMode::Tmpfs => {
-            "process-crash safe only (RAM file: survives kill -9, not a power cut)"
-        }
-        RegionMode::Simulated => "simulated",
-    };
-    let what = format!(
-        "journal {} [{mode}, {} partitions, {how}]: {durable}; fsync = journal commit",
-        path.display(),
-        journal.geometry().partitions
-    );
-    Ok(Arc::new(JournalStore::new(journal, dev, what)))
 }
 
 fn default_data_dir() -> PathBuf {
@@ -335,62 +192,18 @@ fn pid_file(dir: &Path) -> PathBuf {
     base.join(format!("{name}.pid"))
 }
 
-/// Everything `ptsd mount` resolved, for the message it prints.
-struct Prepared {
-    fs: Arc<FileSystem>,
-    device: String,
-    /// The embedded emulated SSD, shut down cleanly after the unmount.
-    ssd: Option<Arc<SsdDevice>>,
-    /// The journal file (removed after a clean unmount: nothing in it is
-    /// needed any more, and in /dev/shm it holds RAM).
-    journal: PathBuf,
-}
-
-fn prepare(a: &MountArgs) -> Result<Prepared> {
-    let mut ssd = None;
-    let (dev, device_desc): (Arc<dyn BlockDevice>, String) = match &a.device {
-        Some(p) => (open_device(p)?, p.display().to_string()),
-        None => {
-            // The embedded default: the emulated SSD (PTSD mapping) with a
-            // persistent image in the data directory.
-            let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
-            std::fs::create_dir_all(&data)
-                .with_context(|| format!("creating data directory {}", data.display()))?;
-            let (s, img, fresh) = open_default_ssd(&data)?;
-            let s = Arc::new(s);
-            let dev: Arc<dyn BlockDevice> = s.clone();
-            if fresh {
-                mkfs(&DirectStore::new(dev.clone())?, &MkfsOptions::default())?;
-            }
-            ssd = Some(s);
-            let how = if fresh { ", new" } else { "" };
-            (
-                dev,
-                format!("{} (emulated SSD, PTSD FTL{how})", img.display()),
-            )
-        }
+fn open_stack(a: &MountArgs) -> Result<Stack> {
+    let mut spec = spec_of(&a.device, &a.data_dir, &a.journal);
+    spec.journal_bytes = a.journal_size;
+    spec.journal_config = JournalConfig {
+        checkpoint_interval: (a.checkpoint_interval > 0.0)
+            .then(|| std::time::Duration::from_secs_f64(a.checkpoint_interval)),
+        ..JournalConfig::partitioned(a.journal_partitions.max(1))
     };
-    let data = a.data_dir.clone().unwrap_or_else(default_data_dir);
-    let sb = read_superblock(&dev).map_err(|e| anyhow!("cannot mount {device_desc}: {e}"))?;
-    let jpath = a
-        .journal
-        .clone()
-        .unwrap_or_else(|| default_journal_path(&sb, &data));
-    let store = open_journaled(
-        dev,
-        &sb,
-        &jpath,
-        a.journal_size,
-        a.journal_partitions,
-        a.checkpoint_interval,
-    )?;
-    let fs = FileSystem::mount(store).map_err(|e| anyhow!("cannot mount {}: {e}", device_desc))?;
-    Ok(Prepared {
-        fs: Arc::new(fs),
-        device: device_desc,
-        ssd,
-        journal: jpath,
-    })
+    if a.discard_missing_journal {
+        spec.missing_journal = MissingJournal::Discard;
+    }
+    Ok(Stack::open(spec)?)
 }
 
 /// Apply `-o` options from mount(8).
@@ -412,6 +225,7 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
             ("threads", Some(v)) => a.threads = Some(v.parse().context("threads")?),
             ("journal_size", Some(v)) => a.journal_size = parse_size(v)?,
             ("data_dir", Some(v)) => a.data_dir = Some(v.into()),
+            ("discard_missing_journal", None) => a.discard_missing_journal = true,
             // Generic options mount(8) passes along; the kernel side is fixed.
             (
                 "rw"
@@ -491,8 +305,8 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
 }
 
 fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
-    let p = match prepare(a) {
-        Ok(p) => p,
+    let stack = match open_stack(a) {
+        Ok(s) => s,
         Err(e) => {
             if let Some(w) = notify.as_mut() {
                 let _ = write!(w, "{e:#}");
@@ -500,22 +314,25 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             return Err(e);
         }
     };
+    let info = stack.info().clone();
     let opts = MountOpts {
         allow_other: a.allow_other,
         threads: a.threads.unwrap_or(MountOpts::default().threads),
-        fsname: p.device.split(' ').next().unwrap_or("ptsd").to_string(),
+        fsname: info.device.split(' ').next().unwrap_or("ptsd").to_string(),
         auto_unmount: false,
     };
-    let mode = p.fs.describe_store();
-    let session = match fuser::Session::new(FuseFs::new(p.fs.clone()), &a.dir, &mount_config(&opts))
-    {
+    let session = match fuser::Session::new(
+        FuseFs::new(stack.fs().clone()),
+        &a.dir,
+        &mount_config(&opts),
+    ) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("mounting FUSE at {}: {e}", a.dir.display());
             if let Some(w) = notify.as_mut() {
                 let _ = write!(w, "{msg}");
             }
-            let _ = p.fs.close();
+            let _ = stack.close();
             bail!(msg);
         }
     };
@@ -524,14 +341,18 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         let _ = std::fs::create_dir_all(parent);
     }
     let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
-    let line = format!(
+    let mut line = String::new();
+    for n in &info.notes {
+        line.push_str(&format!("ptsd: {n}\n"));
+    }
+    line.push_str(&format!(
         "ptsd: mounted {} on {}; {} FUSE threads; orphans freed: {}\nptsd: durability: {}",
-        p.device,
+        info.device,
         a.dir.display(),
         opts.threads,
-        p.fs.orphans_freed,
-        mode
-    );
+        info.orphans_freed,
+        stack.durability()
+    ));
     match notify.take() {
         Some(mut w) => {
             let _ = write!(w, "OK {line}");
@@ -558,19 +379,13 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         }
         None => println!("{line}"),
     }
+    // Returns once the kernel unmounted, with /dev/fuse closed: a new
+    // mount that meets our locks during the close below sees we no longer
+    // serve and waits for them instead of refusing.
     let res = session.run();
-    if let Err(e) = p.fs.close() {
+    if let Err(e) = stack.close() {
         tracing::error!("clean unmount failed: {e}");
     }
-    if p.fs.is_clean() {
-        let _ = std::fs::remove_file(&p.journal);
-    }
-    if let Some(ssd) = &p.ssd {
-        if let Err(e) = ssd.with_ssd(|s| s.shutdown()) {
-            tracing::error!("emulated SSD shutdown failed: {e}");
-        }
-    }
-    drop(p);
     let _ = std::fs::remove_file(&pidf);
     res.context("FUSE session")
 }
@@ -654,6 +469,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         journal_size: 256 << 20,
         checkpoint_interval: 5.0,
         data_dir: None,
+        discard_missing_journal: false,
         allow_other: false,
         threads: None,
         foreground: false,

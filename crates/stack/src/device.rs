@@ -1,0 +1,217 @@
+//! The device under the file system: a plain block device, an image file or
+//! `/dev` node, or the emulated SSD over its persistent image.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ptsd_blockdev::{BlockDevice, FileDeviceOptions};
+use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
+
+use crate::error::StackError;
+use crate::lock::{LockMode, PathLock};
+
+/// Logical size of the embedded default device (the emulated SSD).
+pub const DEFAULT_SSD_BYTES: u64 = 4 << 30;
+
+/// Where the file system lives.
+#[derive(Clone)]
+pub enum DeviceSpec {
+    /// A block device given as an object (a `MemDevice` or `CrashDevice` in
+    /// tests). Not locked: the caller owns it.
+    Device(Arc<dyn BlockDevice>),
+    /// An image file or a block device node (`/dev/…`), locked while open.
+    Path(PathBuf),
+    /// The emulated SSD whose persistent image (data pages, OOB, map
+    /// checkpoint) is on `image` — a `CrashDevice` in power-cut tests. A
+    /// blank image is formatted and gets a fresh file system.
+    Ssd {
+        config: Box<FtlConfig>,
+        image: Arc<dyn BlockDevice>,
+    },
+    /// The embedded default device: the emulated SSD (PTSD mapping,
+    /// [`DEFAULT_SSD_BYTES`]) whose image is `ssd.img` in this data
+    /// directory, created and formatted on first use; locked while open.
+    DataDir(PathBuf),
+}
+
+impl std::fmt::Debug for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Device(d) => write!(f, "Device({} blocks)", d.num_blocks()),
+            DeviceSpec::Path(p) => write!(f, "Path({})", p.display()),
+            DeviceSpec::Ssd { image, .. } => {
+                write!(f, "Ssd(image of {} blocks)", image.num_blocks())
+            }
+            DeviceSpec::DataDir(p) => write!(f, "DataDir({})", p.display()),
+        }
+    }
+}
+
+/// The configuration of the embedded default SSD with its image at `img`.
+pub fn default_ssd_config(img: &Path) -> FtlConfig {
+    let mut cfg = FtlConfig::paper(Variant::WriteOpt, DEFAULT_SSD_BYTES);
+    cfg.store = StoreKind::File {
+        path: img.to_path_buf(),
+    };
+    cfg
+}
+
+/// An opened device with what it took to open it.
+pub(crate) struct Opened {
+    pub dev: Arc<dyn BlockDevice>,
+    /// The emulated SSD, shut down cleanly at the end.
+    pub ssd: Option<Arc<SsdDevice>>,
+    /// For messages: "d.img" or "DATA/ssd.img (emulated SSD, PTSD FTL, new)".
+    pub desc: String,
+    /// The emulated SSD was blank and has just been formatted.
+    pub fresh: bool,
+    /// Held until dropped (the device is ours meanwhile).
+    pub _lock: Option<PathLock>,
+}
+
+impl Opened {
+    /// Shut the emulated SSD down cleanly (map checkpoint: no scan at the
+    /// next open).
+    pub fn shutdown_ssd(&self) -> Result<(), StackError> {
+        if let Some(ssd) = &self.ssd {
+            ssd.with_ssd(|s| s.shutdown())
+                .map_err(|source| StackError::Ssd {
+                    what: "shutting down",
+                    image: self.desc.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// How to open a device.
+pub(crate) struct OpenHow {
+    pub mode: LockMode,
+    /// Create a missing default SSD image (mount); fsck refuses instead.
+    pub create: bool,
+    pub wait: Duration,
+}
+
+pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackError> {
+    match spec {
+        DeviceSpec::Device(dev) => Ok(Opened {
+            dev: dev.clone(),
+            ssd: None,
+            desc: format!("device of {} blocks", dev.num_blocks()),
+            fresh: false,
+            _lock: None,
+        }),
+        DeviceSpec::Path(p) => {
+            if !p.exists() {
+                return Err(StackError::Invalid(format!(
+                    "{} does not exist",
+                    p.display()
+                )));
+            }
+            let lock = PathLock::acquire(p, how.mode, false, how.wait)?;
+            let dev = FileDeviceOptions::new()
+                .block_size(4096)
+                .open(p)
+                .map_err(|source| StackError::Device {
+                    what: "opening device",
+                    device: p.display().to_string(),
+                    source,
+                })?;
+            Ok(Opened {
+                dev: Arc::new(dev),
+                ssd: None,
+                desc: p.display().to_string(),
+                fresh: false,
+                _lock: Some(lock),
+            })
+        }
+        DeviceSpec::Ssd { config, image } => open_ssd(
+            (**config).clone(),
+            image.clone(),
+            "emulated SSD image".into(),
+            None,
+        ),
+        DeviceSpec::DataDir(data) => {
+            let img = data.join("ssd.img");
+            if !how.create && !img.exists() {
+                return Err(StackError::Invalid(format!(
+                    "no emulated SSD at {} (`ptsd mount` creates it on first use)",
+                    img.display()
+                )));
+            }
+            std::fs::create_dir_all(data).map_err(|source| StackError::Io {
+                op: "creating data directory",
+                path: data.clone(),
+                source,
+            })?;
+            let lock = PathLock::acquire(&img, how.mode, how.create, how.wait)?;
+            let cfg = default_ssd_config(&img);
+            let empty = lock.file().metadata().map(|m| m.len() == 0).unwrap_or(true);
+            // The image is the emulated NAND's backing store, written one
+            // page per program. Through the page cache those writes are
+            // memory copies the kernel writes back in large runs; O_DIRECT
+            // would make each one a device I/O (in a VM an exit per page),
+            // which cost the checkpoint threads more CPU than everything
+            // else. Durability is the same: the FTL's sync points fdatasync.
+            let opts = FileDeviceOptions::new()
+                .block_size(cfg.page_size)
+                .direct(false);
+            let dev = if empty {
+                opts.create(&img, Ssd::image_blocks(&cfg, cfg.page_size))
+            } else {
+                opts.open(&img)
+            }
+            .map_err(|source| StackError::Device {
+                what: "opening the emulated SSD image",
+                device: img.display().to_string(),
+                source,
+            })?;
+            open_ssd(cfg, Arc::new(dev), img.display().to_string(), Some(lock))
+        }
+    }
+}
+
+fn open_ssd(
+    cfg: FtlConfig,
+    image: Arc<dyn BlockDevice>,
+    name: String,
+    lock: Option<PathLock>,
+) -> Result<Opened, StackError> {
+    // Blank (first page all zeroes): Ssd::open_on formats it.
+    let mut first = vec![0u8; image.block_size() as usize];
+    image
+        .read(0, &mut first)
+        .map_err(|source| StackError::Device {
+            what: "reading",
+            device: name.clone(),
+            source,
+        })?;
+    let fresh = first.iter().all(|&b| b == 0);
+    let ssd = Ssd::open_on(cfg, Box::new(image)).map_err(|source| StackError::Ssd {
+        what: "opening",
+        image: name.clone(),
+        source,
+    })?;
+    let ssd = Arc::new(SsdDevice::virtual_time(ssd));
+    let how = if fresh { ", new" } else { "" };
+    Ok(Opened {
+        dev: ssd.clone(),
+        ssd: Some(ssd),
+        desc: format!("{name} (emulated SSD, PTSD FTL{how})"),
+        fresh,
+        _lock: lock,
+    })
+}
+
+/// A small emulated SSD (PTSD mapping; 2 channels × 2 chips, 32-page
+/// blocks, 20 % over-provisioning) exposing `logical_bytes`: quick to open
+/// and to recover in tests and fuzzing.
+pub fn small_ssd_config(logical_bytes: u64) -> FtlConfig {
+    let mut cfg = FtlConfig::paper(Variant::WriteOpt, logical_bytes);
+    cfg.channels = 2;
+    cfg.chips_per_channel = 2;
+    cfg.pages_per_block = 32;
+    cfg.with_logical_bytes(logical_bytes)
+}

@@ -1,0 +1,93 @@
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Why a stack could not be opened, formatted, checked or closed.
+#[derive(Debug, Error)]
+pub enum StackError {
+    /// Another process (or another stack in this one) holds the image,
+    /// device or journal.
+    #[error("{} is in use by {}{}", .path.display(),
+        .pid.map_or("another program (mounted or opened exclusively)".to_string(), |p| format!("PID {p}")),
+        if *.serving { " (it serves a ptsd mount; unmount it first)" } else { "" })]
+    InUse {
+        path: PathBuf,
+        /// The holder, when /proc/locks names it.
+        pid: Option<i32>,
+        /// The holder still serves a FUSE mount.
+        serving: bool,
+    },
+    /// The file system was not unmounted cleanly and its journal is gone.
+    #[error("the file system on {device} was not unmounted cleanly and its journal {journal} is missing{}; \
+             to mount it without the changes that were not yet checkpointed, run `ptsd fsck --repair` \
+             or mount with --discard-missing-journal", if *.ram { " (a RAM journal does not survive a reboot)" } else { "" })]
+    JournalMissing {
+        device: String,
+        journal: String,
+        /// The journal lived on a RAM file system.
+        ram: bool,
+    },
+    /// The device holds no ptsd file system (or a damaged superblock).
+    #[error("{device} holds no usable ptsd-fs: {source}")]
+    NoFileSystem {
+        device: String,
+        #[source]
+        source: ptsd_fs::FsError,
+    },
+    /// Mounting found damage that needs `ptsd fsck --repair`.
+    #[error("cannot mount {device}: {source} (run `ptsd fsck --repair`)")]
+    NeedsRepair {
+        device: String,
+        #[source]
+        source: ptsd_fs::FsError,
+    },
+    /// The file system layer failed.
+    #[error("{what}: {source}")]
+    Fs {
+        what: String,
+        #[source]
+        source: ptsd_fs::FsError,
+    },
+    /// The journal could not be created or recovered.
+    #[error("{what} {path}: {source}")]
+    Journal {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: ptsd_nvjournal::JournalError,
+    },
+    /// The journal file could not be mapped.
+    #[error("mapping journal {}: {source}", .path.display())]
+    Region {
+        path: PathBuf,
+        #[source]
+        source: ptsd_nvjournal::RegionError,
+    },
+    /// The emulated SSD failed to open, recover or shut down.
+    #[error("{what} the emulated SSD {image}: {source}")]
+    Ssd {
+        what: &'static str,
+        image: String,
+        #[source]
+        source: ptsd_ftl::FtlError,
+    },
+    /// The block device failed.
+    #[error("{what} {device}: {source}")]
+    Device {
+        what: &'static str,
+        device: String,
+        #[source]
+        source: ptsd_blockdev::BlockError,
+    },
+    /// A file operation failed.
+    #[error("{op} {}: {source}", .path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The request does not make sense (e.g. `--size` on a block device).
+    #[error("{0}")]
+    Invalid(String),
+}

@@ -1,0 +1,301 @@
+//! [`Stack::open`] and [`Stack::close`]: everything `ptsd mount` does
+//! around serving FUSE.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ptsd_blockdev::BlockDevice;
+use ptsd_fs::{FileSystem, FsError, JournalStore, MkfsOptions, Store};
+use ptsd_ftl::SsdDevice;
+use ptsd_nvjournal::{JournalConfig, RegionMode};
+
+use crate::device::{self, DeviceSpec, OpenHow, Opened};
+use crate::error::StackError;
+use crate::journal::{self, JournalSpec, MissingJournal, Place, Plan, LOST_NOTE};
+use crate::lock::LockMode;
+
+/// What to assemble.
+#[derive(Clone, Debug)]
+pub struct StackSpec {
+    pub device: DeviceSpec,
+    pub journal: JournalSpec,
+    /// Size of a journal file when one is created (at least 8 MiB).
+    pub journal_bytes: u64,
+    /// Partitions and background checkpointing of a journal created now
+    /// (a recovered one keeps its partition count).
+    pub journal_config: JournalConfig,
+    /// Not unmounted cleanly and the journal is gone: refuse or go on.
+    pub missing_journal: MissingJournal,
+    /// How long to wait for another process to release the image or
+    /// journal when it is not serving a mount (a daemon finishing its
+    /// unmount); one that serves a mount is refused at once.
+    pub lock_wait: Duration,
+}
+
+impl StackSpec {
+    /// `device` with `journal` and the defaults of `ptsd mount`: a 256 MiB
+    /// journal of 4 partitions checkpointed every 5 s, a missing RAM
+    /// journal discarded (after saying so), 60 s of waiting for a daemon
+    /// that is finishing its unmount.
+    pub fn new(device: DeviceSpec, journal: JournalSpec) -> Self {
+        Self {
+            device,
+            journal,
+            journal_bytes: 256 << 20,
+            journal_config: JournalConfig {
+                checkpoint_interval: Some(Duration::from_secs(5)),
+                ..JournalConfig::partitioned(4)
+            },
+            missing_journal: MissingJournal::DiscardIfRam,
+            lock_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What opening found and did, for the caller to print.
+#[derive(Clone, Debug, Default)]
+pub struct OpenInfo {
+    /// The device, e.g. "d.img" or "DATA/ssd.img (emulated SSD, PTSD FTL, new)".
+    pub device: String,
+    /// The journal file or region.
+    pub journal: String,
+    /// A blank emulated SSD was formatted and got a new file system.
+    pub formatted: bool,
+    /// Blocks the journal replayed (None: a new journal was created).
+    pub replayed_blocks: Option<u64>,
+    /// Unlinked-but-open inodes a crash left, now freed.
+    pub orphans_freed: u64,
+    /// Things the user must be told (e.g. [`LOST_NOTE`] and what repair did).
+    pub notes: Vec<String>,
+}
+
+/// A mounted file system with its journal and device, recovered and ready.
+///
+/// Dropping it without [`close`](Self::close) still tries a clean close;
+/// a test simulates a power cut by crashing its devices first.
+pub struct Stack {
+    fs: Arc<FileSystem>,
+    store: Arc<JournalStore>,
+    opened: Option<Opened>,
+    place: Option<Place>,
+    info: OpenInfo,
+}
+
+fn fs_err(desc: &str, e: FsError) -> StackError {
+    match e {
+        FsError::NeedsRepair(_) => StackError::NeedsRepair {
+            device: desc.to_string(),
+            source: e,
+        },
+        FsError::Format(_) => StackError::NoFileSystem {
+            device: desc.to_string(),
+            source: e,
+        },
+        _ => StackError::Fs {
+            what: format!("mounting {desc}"),
+            source: e,
+        },
+    }
+}
+
+/// Check and repair the device alone (journal gone), then mark it clean.
+/// Shared by a mount that discards a missing journal and `fsck --repair`.
+pub(crate) fn repair_device(
+    dev: &Arc<dyn BlockDevice>,
+    desc: &str,
+) -> Result<ptsd_fs::fsck::Report, StackError> {
+    let store: Arc<dyn Store> =
+        Arc::new(
+            ptsd_fs::DirectStore::new(dev.clone()).map_err(|e| StackError::Fs {
+                what: format!("opening {desc}"),
+                source: e.into(),
+            })?,
+        );
+    let report = ptsd_fs::fsck::check(store, true).map_err(|e| StackError::Fs {
+        what: format!("repairing {desc}"),
+        source: e,
+    })?;
+    journal::mark_clean(dev, desc)?;
+    Ok(report)
+}
+
+impl Stack {
+    /// Open the device (creating and formatting a blank emulated SSD;
+    /// recovering the SSD's map from its OOB area after a power cut), lock
+    /// it and the journal, bring the journal back (replay after an unclean
+    /// stop, a new one after a clean unmount; a missing one per
+    /// [`StackSpec::missing_journal`]), and mount the file system (its
+    /// preflight checks, orphans freed).
+    pub fn open(spec: StackSpec) -> Result<Stack, StackError> {
+        let opened = device::open(
+            &spec.device,
+            &OpenHow {
+                mode: LockMode::Exclusive,
+                create: true,
+                wait: spec.lock_wait,
+            },
+        )?;
+        let desc = opened.desc.clone();
+        let res = Self::open_on(&spec, &opened);
+        match res {
+            Ok((fs, store, place, mut info)) => {
+                info.device = desc;
+                info.formatted = opened.fresh;
+                Ok(Stack {
+                    fs,
+                    store,
+                    opened: Some(opened),
+                    place: Some(place),
+                    info,
+                })
+            }
+            Err(e) => {
+                // Leave the SSD image as cleanly shut down as we found it.
+                let _ = opened.shutdown_ssd();
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn open_on(
+        spec: &StackSpec,
+        opened: &Opened,
+    ) -> Result<(Arc<FileSystem>, Arc<JournalStore>, Place, OpenInfo), StackError> {
+        let dev = opened.dev.clone();
+        let desc = &opened.desc;
+        if opened.fresh {
+            let store = ptsd_fs::DirectStore::new(dev.clone()).map_err(|e| StackError::Fs {
+                what: format!("opening {desc}"),
+                source: e.into(),
+            })?;
+            ptsd_fs::mkfs(&store, &MkfsOptions::default()).map_err(|e| StackError::Fs {
+                what: format!("formatting {desc}"),
+                source: e,
+            })?;
+        }
+        let sb = journal::read_superblock(&dev, desc)?;
+        let place = Place::locate(&spec.journal, &sb, true, true, spec.lock_wait)?;
+        let mut info = OpenInfo {
+            journal: place.label.clone(),
+            ..OpenInfo::default()
+        };
+        let mut plan = journal::plan(&sb, place.present());
+        if plan == Plan::Lost {
+            let discard = match spec.missing_journal {
+                MissingJournal::Refuse => false,
+                MissingJournal::Discard => true,
+                MissingJournal::DiscardIfRam => place.ram,
+            };
+            if !discard {
+                place.remove_if_empty();
+                return Err(StackError::JournalMissing {
+                    device: desc.clone(),
+                    journal: place.label.clone(),
+                    ram: place.ram,
+                });
+            }
+            info.notes.push(format!("{LOST_NOTE} ({})", place.label));
+            tracing::warn!("{LOST_NOTE} ({})", place.label);
+            let report = repair_device(&dev, desc)?;
+            info.notes
+                .extend(report.problems.iter().map(|p| format!("repaired: {p}")));
+            info.notes.push(report.summary());
+            plan = Plan::Fresh;
+        }
+        let journal = match plan {
+            Plan::Replay => {
+                let (j, report) = place.replay(dev.clone(), spec.journal_config.clone())?;
+                info.replayed_blocks = Some(report.replayed_blocks);
+                j
+            }
+            Plan::Fresh | Plan::Lost => {
+                place.create(dev.clone(), spec.journal_config.clone(), spec.journal_bytes)?
+            }
+        };
+        let how = match info.replayed_blocks {
+            Some(n) => format!("recovered, {n} blocks replayed"),
+            None => "new".to_string(),
+        };
+        let mode = journal.mode();
+        let durable = match mode {
+            RegionMode::Dax => "power-loss safe (persistent memory, MAP_SYNC + cache-line flushes)",
+            RegionMode::Msync => "power-loss safe (mmap + msync at each commit)",
+            RegionMode::Tmpfs => {
+                "process-crash safe only (RAM file: survives kill -9, not a power cut)"
+            }
+            RegionMode::Simulated => "simulated",
+        };
+        let what = format!(
+            "journal {} [{mode}, {} partitions, {how}]: {durable}; fsync = journal commit",
+            place.label,
+            journal.geometry().partitions
+        );
+        let store = Arc::new(JournalStore::new(journal, dev, what));
+        let fs = FileSystem::mount(store.clone()).map_err(|e| fs_err(desc, e))?;
+        info.orphans_freed = fs.orphans_freed;
+        Ok((Arc::new(fs), store, place, info))
+    }
+
+    /// The mounted file system.
+    pub fn fs(&self) -> &Arc<FileSystem> {
+        &self.fs
+    }
+
+    /// The journaled store under the file system (journal statistics).
+    pub fn store(&self) -> &Arc<JournalStore> {
+        &self.store
+    }
+
+    /// The emulated SSD, when the device is one (FTL statistics).
+    pub fn ssd(&self) -> Option<&Arc<SsdDevice>> {
+        self.opened.as_ref().and_then(|o| o.ssd.as_ref())
+    }
+
+    /// What opening found and did.
+    pub fn info(&self) -> &OpenInfo {
+        &self.info
+    }
+
+    /// One line on the journal and how durable a commit is.
+    pub fn durability(&self) -> String {
+        self.fs.describe_store()
+    }
+
+    /// Clean shutdown: checkpoint everything, mark the file system clean,
+    /// remove the journal file (only if this mount still owns it), shut
+    /// the emulated SSD down (map checkpoint), release the locks.
+    pub fn close(mut self) -> Result<(), StackError> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> Result<(), StackError> {
+        let Some(opened) = self.opened.take() else {
+            return Ok(());
+        };
+        let place = self.place.take();
+        let res = self.fs.close().map_err(|e| StackError::Fs {
+            what: format!("unmounting {}", opened.desc),
+            source: e,
+        });
+        if self.fs.is_clean() {
+            if let Some(p) = &place {
+                p.remove();
+            }
+        }
+        let ssd = opened.shutdown_ssd();
+        // The journal's lock goes before the device's: a mount waiting for
+        // the device then finds the journal free.
+        drop(place);
+        drop(opened);
+        res.and(ssd)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if let Err(e) = self.close_inner() {
+            tracing::error!("closing the stack: {e}");
+        }
+    }
+}
