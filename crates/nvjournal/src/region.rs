@@ -55,6 +55,21 @@ impl std::fmt::Display for RegionMode {
     }
 }
 
+impl RegionMode {
+    /// What a commit survives in this mode, in words for a user (the
+    /// durability line `ptsd mount` prints).
+    pub fn durability(&self) -> String {
+        match self {
+            RegionMode::Dax => format!("power-loss safe (DAX, MAP_SYNC, {}+sfence)", flush_instr()),
+            RegionMode::Msync => "power-loss safe (mmap + msync at each commit)".into(),
+            RegionMode::Tmpfs => {
+                "process-crash safe only (RAM file: survives kill -9, not a power cut)".into()
+            }
+            RegionMode::Simulated => "simulated".into(),
+        }
+    }
+}
+
 /// Byte-addressable persistent memory as the journal sees it.
 ///
 /// Offsets and lengths passed by the journal are multiples of 8. Stores are
@@ -190,7 +205,9 @@ impl<T: Persist + ?Sized> Persist for std::sync::Arc<T> {
 /// [`open_file`](Self::open_file) tries `MAP_SHARED_VALIDATE | MAP_SYNC`
 /// first (DAX); if the file system refuses, it maps with `MAP_SHARED` and
 /// reports [`RegionMode::Tmpfs`] for a RAM file system or
-/// [`RegionMode::Msync`] otherwise.
+/// [`RegionMode::Msync`] otherwise. So a journal file on a DAX file system
+/// (ext4/xfs mounted `-o dax` on persistent memory) gets the DAX mode by
+/// itself, wherever the region is opened from.
 ///
 /// ```
 /// use ptsd_nvjournal::{PmemRegion, Persist, RegionMode};
@@ -207,6 +224,7 @@ pub struct PmemRegion {
     base: *mut u8,
     len: usize,
     mode: RegionMode,
+    dax_file: bool,
     _file: File,
 }
 
@@ -237,12 +255,22 @@ impl PmemRegion {
             .truncate(false)
             .open(path)
             .map_err(io("open"))?;
-        if file.metadata().map_err(io("stat"))?.len() < bytes {
-            file.set_len(bytes).map_err(io("set_len"))?;
-        }
-        let len = bytes as usize;
         use std::os::fd::AsRawFd;
         let fd = file.as_raw_fd();
+        let dax_file = statx_dax(fd);
+        let old_len = file.metadata().map_err(io("stat"))?.len();
+        if old_len < bytes {
+            if dax_file {
+                // Written zeroes, not a hole (or fallocate's unwritten
+                // extents): a MAP_SYNC write fault that allocates or
+                // converts an extent must commit the file system's journal
+                // before it returns, once per page on the first lap.
+                zero_fill(&file, old_len, bytes).map_err(io("zero-fill"))?;
+            } else {
+                file.set_len(bytes).map_err(io("set_len"))?;
+            }
+        }
+        let len = bytes as usize;
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         // MAP_POPULATE pre-faults every page now, so the first lap of each
         // ring does not pay a page fault per slot (real pmem never faults).
@@ -261,6 +289,13 @@ impl PmemRegion {
         let (base, mode) = if dax != libc::MAP_FAILED {
             (dax, RegionMode::Dax)
         } else {
+            if dax_file {
+                tracing::warn!(
+                    path = %path.display(),
+                    error = %std::io::Error::last_os_error(),
+                    "the file is DAX (statx) but MAP_SYNC was refused: not power-loss safe through cache flushes"
+                );
+            }
             // SAFETY: as above, plain shared mapping.
             let p = unsafe {
                 libc::mmap(
@@ -281,6 +316,7 @@ impl PmemRegion {
             path = %path.display(),
             bytes,
             mode = %mode,
+            dax_file,
             flush = %flush_instr(),
             "journal region mapped"
         );
@@ -288,8 +324,15 @@ impl PmemRegion {
             base: base.cast(),
             len,
             mode,
+            dax_file,
             _file: file,
         })
+    }
+
+    /// True if the kernel reports the file as DAX (`statx`
+    /// `STATX_ATTR_DAX`: its pages are the persistent memory itself).
+    pub fn dax_file(&self) -> bool {
+        self.dax_file
     }
 
     /// The cache-line flush instruction in use.
@@ -308,6 +351,42 @@ impl PmemRegion {
         // SAFETY: as in `words`.
         unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU8>(), self.len) }
     }
+}
+
+/// `statx`'s DAX attribute of an open file (false where unsupported).
+fn statx_dax(fd: std::os::fd::RawFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: statx on an fd we own with an empty path (AT_EMPTY_PATH)
+    // fills the struct we pass.
+    let rc = unsafe {
+        libc::statx(
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS,
+            st.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: statx succeeded, so the struct is initialised.
+    let st = unsafe { st.assume_init() };
+    let dax = libc::STATX_ATTR_DAX as u64;
+    st.stx_attributes_mask & dax != 0 && st.stx_attributes & dax != 0
+}
+
+/// Write zeroes to `[from, to)` of `file` and make them durable.
+fn zero_fill(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_data()
 }
 
 fn fallback_mode(file: &File) -> RegionMode {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ptsd_blockdev::BlockDevice;
 use ptsd_fs::{FileSystem, FsError, JournalStore, MkfsOptions, Store};
 use ptsd_ftl::SsdDevice;
-use ptsd_nvjournal::{JournalConfig, RegionMode};
+use ptsd_nvjournal::JournalConfig;
 
 use crate::device::{self, DeviceSpec, OpenHow, Opened};
 use crate::error::StackError;
@@ -218,14 +218,7 @@ impl Stack {
             None => "new".to_string(),
         };
         let mode = journal.mode();
-        let durable = match mode {
-            RegionMode::Dax => "power-loss safe (persistent memory, MAP_SYNC + cache-line flushes)",
-            RegionMode::Msync => "power-loss safe (mmap + msync at each commit)",
-            RegionMode::Tmpfs => {
-                "process-crash safe only (RAM file: survives kill -9, not a power cut)"
-            }
-            RegionMode::Simulated => "simulated",
-        };
+        let durable = mode.durability();
         let what = format!(
             "journal {} [{mode}, {} partitions, {how}]: {durable}; fsync = journal commit",
             place.label,
