@@ -287,6 +287,11 @@ impl AllocCtx<'_> {
         Ok(())
     }
 
+    /// Whether this operation holds the group of `blk` (so it may free it).
+    pub fn holds(&self, blk: u64) -> bool {
+        self.guards.contains_key(&((blk / BITS_PER_GROUP) as usize))
+    }
+
     /// The changed bitmap blocks, sealed, to add to the transaction.
     pub fn dirty_blocks(&self) -> Vec<(u64, Vec<u8>)> {
         self.dirty

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 
 use crate::alloc::{AllocCtx, Allocator};
+use crate::chain::{self, Chain};
 use crate::dir::{DirEnt, DirIndex, FIRST_POS};
 use crate::error::{Errno, FormatError, FsError};
 use crate::extent::ExtentMap;
@@ -48,7 +49,6 @@ pub const RENAME_EXCHANGE: u32 = 2;
 pub struct Inode {
     pub d: DiskInode,
     pub ext: ExtentMap,
-    pub overflow: Vec<u64>,
     pub dir: Option<DirIndex>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     pub open_count: u32,
@@ -56,17 +56,8 @@ pub struct Inode {
     /// References the kernel holds (entries it was given minus FORGETs);
     /// at zero, with the file closed, the inode may leave the cache.
     pub lookups: u64,
-    /// `ext.version()` when the extent list was last serialized: while it
-    /// matches, an inode write rewrites neither the inline extents nor the
-    /// overflow chain.
-    ext_saved: u64,
-    /// crc32c of each overflow block as last written, so a change rewrites
-    /// only the overflow blocks whose contents changed (a directory of a
-    /// million entries has about 45).
-    overflow_crc: Vec<Option<u32>>,
-    /// First file block stored in each overflow block (`None`: empty), to
-    /// find where a change to the extent list starts to matter.
-    overflow_first: Vec<Option<u64>>,
+    /// The stored form of `ext` beyond the inline extents.
+    chain: Chain,
 }
 
 impl Inode {
@@ -79,7 +70,7 @@ impl Inode {
     /// Attributes for the kernel.
     pub fn attr(&self) -> Attr {
         let blocks = self.ext.mapped_blocks()
-            + self.overflow.len() as u64
+            + self.chain.blocks().len() as u64
             + u64::from(self.d.xattr_blk != 0);
         Attr {
             ino: self.d.ino,
@@ -210,15 +201,9 @@ fn check_name(name: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
-fn overflow_blocks_for(extents: usize) -> usize {
-    extents
-        .saturating_sub(INLINE_EXTENTS)
-        .div_ceil(OVERFLOW_EXTENTS)
-}
-
 /// Extra blocks an inode's extent list may need after gaining `added` runs.
 fn ext_slack(g: &Inode, added: usize) -> u64 {
-    overflow_blocks_for(g.ext.len() + added).saturating_sub(g.overflow.len()) as u64
+    g.chain.slack(g.ext.len(), added)
 }
 
 /// Every device block an inode owns (for freeing it).
@@ -229,7 +214,7 @@ fn owned_runs(g: &Inode) -> Vec<(u64, u64)> {
         .iter()
         .map(|e| (e.pblk, u64::from(e.len)))
         .collect();
-    v.extend(g.overflow.iter().map(|&b| (b, 1)));
+    v.extend(g.chain.runs());
     if g.d.xattr_blk != 0 {
         v.push((g.d.xattr_blk, 1));
     }
@@ -237,77 +222,11 @@ fn owned_runs(g: &Inode) -> Vec<(u64, u64)> {
     v
 }
 
-/// Serialize an inode (and its extent overflow chain) into `w`, allocating
-/// overflow blocks from `ctx` if the extent list grew.
+/// Serialize an inode (and its extent chain) into `w`, allocating chain
+/// blocks from `ctx` if the extent list grew and freeing the ones it no
+/// longer needs if `ctx` holds their groups.
 fn put_inode(g: &mut Inode, ctx: Option<&mut AllocCtx<'_>>, w: &mut Writes) -> Result<(), Errno> {
-    if g.ext.version() == g.ext_saved {
-        // The extents (inline and overflow) are as last written.
-        w.insert(g.d.ino, g.d.encode());
-        return Ok(());
-    }
-    let symlink = g.d.mode & S_IFMT == S_IFLNK;
-    let total = if symlink { 0 } else { g.ext.len() };
-    let need = overflow_blocks_for(total);
-    if need > g.overflow.len() {
-        let ctx = ctx.ok_or(Errno::ENOSPC)?;
-        let more = need - g.overflow.len();
-        let runs = ctx.alloc(more as u64, g.d.ino);
-        let got: u64 = runs.iter().map(|r| r.1).sum();
-        if got < more as u64 {
-            return Err(Errno::ENOSPC);
-        }
-        for (s, l) in runs {
-            g.overflow.extend(s..s + l);
-        }
-    }
-    g.overflow_crc.resize(g.overflow.len(), None);
-    g.overflow_first.resize(g.overflow.len(), None);
-    // The last overflow block whose first extent starts at or below the
-    // lowest change: it and every block before it start at the same extent
-    // as before, and the inline extents are unchanged, so only the chain
-    // from there on is encoded again (appending to a long list costs one
-    // block, not the whole list).
-    let keep = match g.ext.dirty_from() {
-        Some(from) if !symlink => g
-            .overflow_first
-            .iter()
-            .rposition(|f| f.is_some_and(|f| f <= from)),
-        _ => None,
-    };
-    let (first_block, rest) = match keep {
-        Some(j) => {
-            let lblk = g.overflow_first[j].ok_or(Errno::EIO)?;
-            (j, g.ext.extents_from(lblk))
-        }
-        None => {
-            let ext = if symlink {
-                Vec::new()
-            } else {
-                g.ext.to_extents()
-            };
-            g.d.inline_extents = ext.iter().take(INLINE_EXTENTS).copied().collect();
-            (0, ext.into_iter().skip(INLINE_EXTENTS).collect())
-        }
-    };
-    g.d.nextents = total as u32;
-    g.d.overflow = g.overflow.first().copied().unwrap_or(0);
-    w.insert(g.d.ino, g.d.encode());
-    for i in first_block..g.overflow.len() {
-        let k = i - first_block;
-        let lo = (k * OVERFLOW_EXTENTS).min(rest.len());
-        let hi = ((k + 1) * OVERFLOW_EXTENTS).min(rest.len());
-        let next = g.overflow.get(i + 1).copied().unwrap_or(0);
-        let b = encode_overflow(g.d.ino, next, &rest[lo..hi]);
-        let crc = crc32c::crc32c(&b);
-        g.overflow_first[i] = rest.get(lo..hi).and_then(|r| r.first()).map(|e| e.lblk);
-        if g.overflow_crc[i] != Some(crc) {
-            g.overflow_crc[i] = Some(crc);
-            w.insert(g.overflow[i], b);
-        }
-    }
-    g.ext.mark_clean();
-    g.ext_saved = g.ext.version();
-    Ok(())
+    g.chain.save(&mut g.d, &mut g.ext, ctx, w)
 }
 
 fn put_dir_block(g: &Inode, blk: u32, w: &mut Writes) -> Result<(), Errno> {
@@ -558,44 +477,18 @@ impl FileSystem {
             }
             Err(e) => return Err(e.into()),
         };
-        let mut extents = d.inline_extents.clone();
-        let mut overflow = Vec::new();
-        let mut overflow_crc = Vec::new();
-        let mut overflow_first = Vec::new();
-        let mut next = d.overflow;
-        while next != 0 {
-            if overflow.len() > (d.nextents as usize) + 1 || next >= num_blocks {
-                return Err(FormatError::Corrupt {
-                    what: "inode",
-                    block: ino,
-                    why: "extent chain too long".into(),
-                }
-                .into());
-            }
-            self.store.read(next, &mut b)?;
-            let (n, ext) = decode_overflow(&b, next, ino)?;
-            overflow_crc.push(Some(crc32c::crc32c(&b)));
-            overflow_first.push(ext.first().map(|e| e.lblk));
-            overflow.push(next);
-            extents.extend(ext);
-            next = n;
-        }
-        if extents.len() != d.nextents as usize {
-            return Err(FormatError::Corrupt {
-                what: "inode",
-                block: ino,
-                why: format!("{} extents stored, {} expected", extents.len(), d.nextents),
-            }
-            .into());
-        }
-        let ext = ExtentMap::from_extents(&extents);
+        let (ext, chain) = chain::load(&d, data_start..num_blocks, |blk| {
+            let mut b = vec![0u8; BLOCK_SIZE];
+            self.store.read(blk, &mut b).map(|()| b)
+        })
+        .map_err(|e| match e {
+            chain::LoadError::Read(e) => LoadErr::Store(e),
+            chain::LoadError::Corrupt(e) => LoadErr::Format(e),
+        })?;
         Ok(Inode {
-            ext_saved: ext.version(),
             ext,
             d,
-            overflow,
-            overflow_crc,
-            overflow_first,
+            chain,
             dir: None,
             xattrs: None,
             open_count: 0,
@@ -782,10 +675,7 @@ impl FileSystem {
         Inode {
             d,
             ext: ExtentMap::default(),
-            ext_saved: 0,
-            overflow: Vec::new(),
-            overflow_crc: Vec::new(),
-            overflow_first: Vec::new(),
+            chain: Chain::default(),
             dir: None,
             xattrs: None,
             open_count: 0,
@@ -1716,8 +1606,15 @@ impl FileSystem {
                 0
             };
         let goal = g.ext.goal(first).unwrap_or(ino + 1);
-        let mut ctx = if need > 0 {
-            Some(self.alloc.prepare(need, goal, &[])?)
+        // Written runs may merge back into fewer: hold the chain's groups
+        // so the blocks it no longer needs are freed.
+        let shrink = if converts > 0 {
+            g.chain.runs()
+        } else {
+            Vec::new()
+        };
+        let mut ctx = if need > 0 || !shrink.is_empty() {
+            Some(self.alloc.prepare(need, goal, &shrink)?)
         } else {
             None
         };
@@ -1857,7 +1754,8 @@ impl FileSystem {
             if size < g.d.size {
                 let keep_blocks = size.div_ceil(BS);
                 let frees = Self::runs_from(&g.ext, keep_blocks);
-                let mut c = self.alloc.prepare(0, 0, &frees)?;
+                let lock = [frees.clone(), g.chain.runs()].concat();
+                let mut c = self.alloc.prepare(0, 0, &lock)?;
                 if size % BS != 0 {
                     self.zero_partial(&g, size, (size / BS + 1) * BS, &mut w)?;
                 }
@@ -1956,10 +1854,11 @@ impl FileSystem {
             } else {
                 0
             };
+            let lock = [frees.clone(), g.chain.runs()].concat();
             let mut ctx = self.alloc.prepare(
                 realloc + slack,
                 g.ext.goal(first_whole).unwrap_or(ino + 1),
-                &frees,
+                &lock,
             )?;
             if first_whole * BS > offset || whole == 0 {
                 let a = offset;
@@ -2018,9 +1917,11 @@ impl FileSystem {
         } else {
             0
         };
-        let mut ctx =
-            self.alloc
-                .prepare(missing + slack, g.ext.goal(first).unwrap_or(ino + 1), &[])?;
+        let mut ctx = self.alloc.prepare(
+            missing + slack,
+            g.ext.goal(first).unwrap_or(ino + 1),
+            &g.chain.runs(),
+        )?;
         for (mut lblk, count) in holes {
             let stop = lblk + count;
             while lblk < stop {

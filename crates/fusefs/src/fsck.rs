@@ -128,35 +128,15 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
                 return Ok(None);
             }
         };
-        let mut ext = d.inline_extents.clone();
-        let mut chain = Vec::new();
-        let mut next = d.overflow;
-        while next != 0 {
-            if chain.len() as u64 > u64::from(d.nextents) + 1 || next >= w.sb.num_blocks {
-                w.problems
-                    .push(format!("inode {ino}: extent chain is broken"));
+        let valid = w.sb.data_start..w.sb.num_blocks;
+        let (ext, chain) = match crate::chain::load(&d, valid, |blk| w.read(blk)) {
+            Ok((map, chain)) => (map.to_extents(), chain.blocks().to_vec()),
+            Err(crate::chain::LoadError::Read(e)) => return Err(e),
+            Err(crate::chain::LoadError::Corrupt(e)) => {
+                w.problems.push(format!("inode {ino}: {e}"));
                 return Ok(None);
             }
-            match decode_overflow(&w.read(next)?, next, ino) {
-                Ok((n, e)) => {
-                    chain.push(next);
-                    ext.extend(e);
-                    next = n;
-                }
-                Err(e) => {
-                    w.problems.push(format!("inode {ino}: {e}"));
-                    return Ok(None);
-                }
-            }
-        }
-        if ext.len() != d.nextents as usize {
-            w.problems.push(format!(
-                "inode {ino}: {} extents found, {} recorded",
-                ext.len(),
-                d.nextents
-            ));
-            return Ok(None);
-        }
+        };
         Ok(Some((d, ext, chain)))
     };
 

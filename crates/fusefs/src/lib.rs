@@ -25,6 +25,7 @@
 //! ```
 
 pub mod alloc;
+mod chain;
 pub mod dir;
 pub mod error;
 pub mod extent;
