@@ -65,6 +65,13 @@ for m in proc sys dev dev/pts dev/shm; do
     mounts+=("$root/$m")
 done
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This host's network, not a setup step: certificate authorities the host
+# added locally (e.g. of a TLS-inspecting egress proxy) are trusted inside
+# too, or cargo cannot reach crates.io from here.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null 2>&1
+fi
 mkdir -p "$root/root/ptsd"
 git -C "$repo" archive --format=tar HEAD | tar -C "$root/root/ptsd" -x
 echo "== fresh: $(git -C "$repo" log -1 --format='%h %s' | cut -c1-100)"
