@@ -110,7 +110,7 @@ pub fn mkfs_cmd(a: &MkfsArgs) -> Result<()> {
     }
     let f = ptsd_stack::mkfs(&DeviceSpec::Path(a.device.clone()), a.size, lock_wait())?;
     let sb = &f.superblock;
-    println!(
+    outln!(
         "ptsd mkfs: {} blocks of 4096 bytes ({} MiB) on {}, uuid {}",
         sb.num_blocks,
         (sb.num_blocks * 4096) >> 20,
@@ -149,12 +149,12 @@ pub fn fsck_cmd(a: &FsckArgs) -> Result<()> {
     let spec = spec_of(&a.device, &a.data_dir, &a.journal);
     let out = ptsd_stack::fsck(&spec, a.repair)?;
     for n in &out.notes {
-        println!("ptsd fsck: {n}");
+        outln!("ptsd fsck: {n}");
     }
     for p in &out.report.problems {
-        println!("{p}");
+        outln!("{p}");
     }
-    println!("{}", out.report.summary());
+    outln!("{}", out.report.summary());
     if !out.clean {
         // fsck(8) convention: 4 = errors left uncorrected.
         std::process::exit(4);
@@ -280,7 +280,7 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
         let mut msg = String::new();
         let _ = r.read_to_string(&mut msg);
         if let Some(ok) = msg.strip_prefix("OK ") {
-            println!("{ok}");
+            outln!("{ok}");
             return Ok(());
         }
         bail!(
@@ -377,7 +377,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
                 }
             }
         }
-        None => println!("{line}"),
+        None => outln!("{line}"),
     }
     // Returns once the kernel unmounted, with /dev/fuse closed: a new
     // mount that meets our locks during the close below sees we no longer
@@ -421,7 +421,7 @@ pub fn umount_cmd(a: &UmountArgs) -> Result<()> {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
-    println!("ptsd: unmounted {}", a.dir.display());
+    outln!("ptsd: unmounted {}", a.dir.display());
     Ok(())
 }
 

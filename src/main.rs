@@ -3,6 +3,9 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+#[macro_use]
+mod out;
+
 mod bench;
 mod fs;
 mod sim;
@@ -65,7 +68,7 @@ fn main() -> Result<()> {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Version => println!("ptsd {}", env!("CARGO_PKG_VERSION")),
+        Command::Version => outln!("ptsd {}", env!("CARGO_PKG_VERSION")),
         Command::Mkfs(a) => fs::mkfs_cmd(&a)?,
         Command::Fsck(a) => fs::fsck_cmd(&a)?,
         Command::Mount(a) => fs::mount_cmd(&a)?,

@@ -305,7 +305,7 @@ fn print_outputs(table: &str, json: Option<String>) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match json {
         Some(j) => {
-            eprint!("{table}");
+            eout!("{table}");
             writeln!(out, "{j}")?;
         }
         None => write!(out, "{table}")?,

@@ -73,7 +73,7 @@ pub fn run(file: &Path, shard: Option<&str>, out: &Path) -> Result<()> {
     // in the last corner should not cost the whole sweep.
     let mine: Vec<&RunSpec> = shard.select(&runs).collect();
     let all_words = mine.iter().map(|r| words(r)).collect::<Result<Vec<_>>>()?;
-    eprintln!(
+    eoutln!(
         "sweep {}: {} runs, shard {shard} runs {} into {}",
         file.display(),
         runs.len(),
@@ -92,7 +92,7 @@ pub fn run(file: &Path, shard: Option<&str>, out: &Path) -> Result<()> {
             )
         })?;
         writer.run(run, result)?;
-        eprintln!(
+        eoutln!(
             "[{}/{}] run {} \"{}\" done in {:.1} s",
             n + 1,
             mine.len(),

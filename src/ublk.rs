@@ -118,7 +118,7 @@ pub fn run(cmd: UblkCmd) -> Result<()> {
         UblkCmd::Stats { id } => {
             let report = kernel::read_stats(id)
                 .with_context(|| format!("no stats for device {id} (is it served by ptsd?)"))?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
         UblkCmd::Recover { id, daemon } => recover(id, daemon),
@@ -210,7 +210,7 @@ fn watch_stop_signals(id: i32) {
         .spawn(move || loop {
             if STOP_REQUESTED.load(Ordering::SeqCst) {
                 if let Err(e) = kernel::delete(id) {
-                    eprintln!("ptsd ublk: cannot delete device {id}: {e}");
+                    eoutln!("ptsd ublk: cannot delete device {id}: {e}");
                 }
                 return;
             }
@@ -226,16 +226,16 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
             tracing::warn!(error = %e, "no private mount namespace for the daemon");
         }
         let stats = kernel::run(&opts, recover, |s: &Started| {
-            println!("{}", s.bdev);
+            outln!("{}", s.bdev);
             let _ = std::io::stdout().flush();
             watch_stop_signals(s.id);
             if !s.recovery {
-                eprintln!(
+                eoutln!(
                     "ptsd ublk: the driver has no UBLK_F_USER_RECOVERY; `recover` will not work"
                 );
             }
         })?;
-        println!("{}", serde_json::to_string_pretty(&stats.report())?);
+        outln!("{}", serde_json::to_string_pretty(&stats.report())?);
         return Ok(());
     }
 
@@ -258,7 +258,7 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
         std::fs::File::from(rd).read_to_string(&mut msg)?;
         return match msg.strip_prefix("ok ") {
             Some(bdev) => {
-                println!("{}", bdev.trim());
+                outln!("{}", bdev.trim());
                 Ok(())
             }
             None if msg.is_empty() => bail!("the ublk daemon exited before the device was live"),
@@ -292,7 +292,7 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
     let result = kernel::run(&opts, recover, on_started);
     let code = match result {
         Ok(stats) => {
-            eprintln!(
+            eoutln!(
                 "{}",
                 serde_json::to_string(&stats.report()).unwrap_or_default()
             );
@@ -302,7 +302,7 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
             if let Some(mut f) = report.lock().ok().and_then(|mut g| g.take()) {
                 let _ = writeln!(f, "err {e}");
             }
-            eprintln!("ptsd ublk daemon: {e}");
+            eoutln!("ptsd ublk daemon: {e}");
             1
         }
     };
@@ -335,12 +335,17 @@ fn redirect_stdio(log: Option<std::fs::File>) {
 fn list(json: bool) -> Result<()> {
     let devs = kernel::list()?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&devs)?);
+        outln!("{}", serde_json::to_string_pretty(&devs)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{:>4} {:<9} {:>12} {:>6} {:>5} {:>8}  backend",
-        "id", "state", "bytes", "queues", "depth", "pid"
+        "id",
+        "state",
+        "bytes",
+        "queues",
+        "depth",
+        "pid"
     );
     for d in devs {
         let backend = match &d.spec {
@@ -356,9 +361,14 @@ fn list(json: bool) -> Result<()> {
             },
             None => "(not ptsd)".to_string(),
         };
-        println!(
+        outln!(
             "{:>4} {:<9} {:>12} {:>6} {:>5} {:>8}  {backend}",
-            d.id, d.state, d.bytes, d.queues, d.depth, d.daemon_pid
+            d.id,
+            d.state,
+            d.bytes,
+            d.queues,
+            d.depth,
+            d.daemon_pid
         );
     }
     Ok(())
@@ -372,7 +382,7 @@ fn del(id: Option<i32>, all: bool) -> Result<()> {
     };
     for id in ids {
         kernel::delete(id)?;
-        println!("deleted /dev/ublkb{id}");
+        outln!("deleted /dev/ublkb{id}");
     }
     Ok(())
 }
@@ -540,7 +550,7 @@ fn verify(a: VerifyArgs) -> Result<()> {
         }
         checked += 1;
     }
-    println!(
+    outln!(
         "verify ok ops={} writes={writes} reads={reads} blocks_checked={checked} read_p50_us={:.1} read_p99_us={:.1} write_p50_us={:.1} seed={}",
         a.ops,
         percentile(&mut read_lat, 0.5) as f64 / 1e3,

@@ -889,3 +889,66 @@ fn fio_verify_preallocated_random_writes_across_drop_caches_and_remount() {
     m.umount();
     m.fsck();
 }
+
+/// A stdout whose reader is already gone (`| head -0`).
+fn closed_stdout() -> Stdio {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is ours and not used again; fds[1] is handed over once.
+    unsafe {
+        libc::close(fds[0]);
+        Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+fn run_closed_stdout(args: &[&std::ffi::OsStr]) {
+    let out = Command::new(PTSD)
+        .args(args)
+        .stdout(closed_stdout())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !err.contains("panicked"),
+        "ptsd {args:?} with a closed stdout: {}\n{err}",
+        out.status
+    );
+}
+
+/// Issue 11 §5: no command panics when its stdout is closed
+/// (`ptsd mount ... | head -0`), and the mount still works.
+#[test]
+fn closed_stdout_never_panics() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let journal = tmp.path().join("journal");
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    run_closed_stdout(&[os("version")]);
+    run_closed_stdout(&[os("mkfs"), img.as_os_str(), os("--size"), os("64M")]);
+    run_closed_stdout(&[
+        os("mount"),
+        os("--journal-size"),
+        os("16M"),
+        os("--device"),
+        img.as_os_str(),
+        os("--journal"),
+        journal.as_os_str(),
+        dir.as_os_str(),
+    ]);
+    assert!(is_fuse_mounted(&dir));
+    std::fs::write(dir.join("f"), b"still works").unwrap();
+    run_closed_stdout(&[os("umount"), dir.as_os_str()]);
+    assert!(!is_fuse_mounted(&dir));
+    run_closed_stdout(&[
+        os("fsck"),
+        img.as_os_str(),
+        os("--journal"),
+        journal.as_os_str(),
+    ]);
+}

@@ -84,19 +84,19 @@ pub fn run(a: DirArgs) -> Result<()> {
     let dir = fs.mkdir(fs.root(), b"big", 0o755, me)?.ino;
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
 
-    println!(
+    outln!(
         "ptsd bench dir: {} entries in one directory ({} per new file, the rest hard links), journal on {}",
         a.entries,
         a.links_per_file,
         a.journal.display()
     );
-    println!(
+    outln!(
         "load average before: {}",
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()
     );
-    println!(
+    outln!(
         "{:>10} {:>14} {:>14} {:>16} {:>14} {:>12} {:>11}",
         "entries",
         "insert cpu us",
@@ -141,7 +141,7 @@ pub fn run(a: DirArgs) -> Result<()> {
             }
         }
         let miss_cpu = (thread_cpu() - c2) / a.lookups as f64 * 1e6;
-        println!(
+        outln!(
             "{end:>10} {insert_cpu:>14.2} {insert_wall:>14.2} {per_insert:>16.2} {lookup_cpu:>14.2} {miss_cpu:>12.2} {waits:>11}"
         );
         done = end;
@@ -156,7 +156,7 @@ pub fn run(a: DirArgs) -> Result<()> {
         cookie = last.next;
         listed += page.len() as u64;
     }
-    println!(
+    outln!(
         "readdir of {} entries: {:.2} us cpu per entry ({:.2} s wall)",
         listed.saturating_sub(2),
         (thread_cpu() - c) / listed as f64 * 1e6,
@@ -165,7 +165,7 @@ pub fn run(a: DirArgs) -> Result<()> {
     let w = Instant::now();
     fs.close()?;
     drop(fs);
-    println!(
+    outln!(
         "close (checkpoint of everything): {:.2} s; load average after: {}",
         w.elapsed().as_secs_f64(),
         std::fs::read_to_string("/proc/loadavg")

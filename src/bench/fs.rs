@@ -263,7 +263,7 @@ pub fn run(a: FsArgs) -> Result<()> {
         skip_varmail: a.only_tokubench,
         skip_tokubench: a.only_varmail,
     };
-    let report = suite::run_suite(&targets, &cfg, &scratch, |msg| eprintln!("{msg}"));
+    let report = suite::run_suite(&targets, &cfg, &scratch, |msg| eoutln!("{msg}"));
     // Clean up what this run created, never descending into a mount that
     // failed to come down.
     let mountpoints = ["ptsd", "ext4", "noop"].map(|m| scratch.join(m));
@@ -271,7 +271,7 @@ pub fn run(a: FsArgs) -> Result<()> {
         .iter()
         .find(|m| target::mounted_fstype(m).is_some())
     {
-        eprintln!(
+        eoutln!(
             "{} is still mounted; leaving {} in place",
             still.display(),
             work_dir.display()
@@ -288,9 +288,9 @@ pub fn run(a: FsArgs) -> Result<()> {
         let _ = std::fs::remove_file(&ptsd_journal);
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", suite::render_table(&report));
+        out!("{}", suite::render_table(&report));
     }
     suite::first_error(&report)?;
     Ok(())

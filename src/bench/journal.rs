@@ -275,7 +275,7 @@ fn kind_name(kind: JournalKind, partitions: u32) -> String {
 }
 
 fn print_row(label: &str, name: &str, r: &RunResult) {
-    println!(
+    outln!(
         "{:<7} {:<12} {:>7} {:>10.0} {:>8.1} {:>9.0} {:>5.0}% {:>8.2}us {:>8.2}us {:>8.2}us",
         label,
         name,
@@ -330,8 +330,8 @@ pub fn run(args: JournalArgs) -> Result<()> {
     }
     let probe = PmemRegion::open_file(&args.region, 1 << 20)?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("load average at start: {}", load.trim());
-    println!(
+    outln!("load average at start: {}", load.trim());
+    outln!(
         "journal bench: region {} ({}), flush instruction {}, {} MiB, {} B blocks, {} blocks/tx, commit every {} tx, hot set {} blocks, checkpoint at {:.0}% fill, {:.1} s per run, {} rounds (kind order rotated each round), {} cores",
         args.region.display(),
         probe.mode(),
@@ -346,11 +346,11 @@ pub fn run(args: JournalArgs) -> Result<()> {
         args.rounds,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
     );
-    println!("durability: every kind acknowledges a commit once it is in the region (same class: the region's own)");
-    println!("cpu = CPU time of the workload threads / (threads x wall): below 100% the machine was busy or they slept");
+    outln!("durability: every kind acknowledges a commit once it is in the region (same class: the region's own)");
+    outln!("cpu = CPU time of the workload threads / (threads x wall): below 100% the machine was busy or they slept");
     drop(probe);
     let _ = std::fs::remove_file(&args.region);
-    println!(
+    outln!(
         "{:<7} {:<12} {:>7} {:>10} {:>8} {:>9} {:>6} {:>10} {:>10} {:>10}",
         "",
         "journal",
@@ -399,8 +399,8 @@ pub fn run(args: JournalArgs) -> Result<()> {
             .map(|(a, b)| a / b)
             .collect()
     };
-    println!();
-    println!("median run of each (commit and stage percentiles over all its runs):");
+    outln!();
+    outln!("median run of each (commit and stage percentiles over all its runs):");
     let mut commit_p99: Vec<(JournalKind, u64)> = Vec::new();
     for ((kind, threads), v) in &runs {
         let mut sorted: Vec<&RunResult> = v.iter().collect();
@@ -422,22 +422,22 @@ pub fn run(args: JournalArgs) -> Result<()> {
         }
         print_row("median", &kind_name(*kind, args.partitions), &merged);
         let st = &merged.stats;
-        println!(
+        outln!(
             "{:<7} {:<12} {:>7} commits {} (shared {}), checkpoint rounds {}, blocks checkpointed {}, backpressure waits {}",
             "", "", "", st.commits, st.shared_commits, st.checkpoints, st.checkpointed_blocks, st.backpressure_waits
         );
         commit_p99.push((*kind, merged.commit.value_at_quantile(0.99)));
     }
-    println!();
+    outln!();
     let (t_lo, t_hi) = (
         *args.threads.iter().min().expect("checked non-empty"),
         *args.threads.iter().max().expect("checked non-empty"),
     );
     if t_lo != t_hi {
-        println!("scaling {t_lo} -> {t_hi} threads, each kind against itself in the same round:");
+        outln!("scaling {t_lo} -> {t_hi} threads, each kind against itself in the same round:");
         for &kind in &kinds {
             let r = paired(&rates(kind, t_hi), &rates(kind, t_lo));
-            println!(
+            outln!(
                 "  {:<14} {}",
                 kind_name(kind, args.partitions),
                 spread_line(&r)
@@ -464,7 +464,7 @@ pub fn run(args: JournalArgs) -> Result<()> {
                 }
                 _ => String::new(),
             };
-            println!(
+            outln!(
                 "threads {threads}: partitioned / {} = {}{verdict}",
                 kind_name(base, args.partitions),
                 spread_line(&r)
@@ -472,7 +472,7 @@ pub fn run(args: JournalArgs) -> Result<()> {
         }
     }
     let (copy, flag) = stage_breakdown(&args)?;
-    println!(
+    outln!(
         "4 KiB stage on the region alone, p50: crc + non-temporal copy + fence {copy:.2}us, flag store + flush + fence {flag:.2}us (target: stage <= 1us plus its flush: {})",
         if copy <= 1.0 { "met" } else { "MISSED" }
     );
@@ -484,13 +484,13 @@ pub fn run(args: JournalArgs) -> Result<()> {
             .max()
             .unwrap_or(0) as f64
             / 1000.0;
-        println!(
+        outln!(
             "partitioned commit p99 (worst over thread counts): {worst_p99:.2}us (target <= 20us: {})",
             if worst_p99 <= 20.0 { "met" } else { "MISSED" }
         );
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("load average at end: {}", load.trim());
+    outln!("load average at end: {}", load.trim());
     Ok(())
 }
 
