@@ -952,3 +952,57 @@ fn closed_stdout_never_panics() {
         journal.as_os_str(),
     ]);
 }
+
+/// The mount's type in the mount table of this process (`fuse.ptsd`).
+fn mount_type(dir: &Path) -> Option<String> {
+    let canon = dir.canonicalize().unwrap();
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|&x| x == "-")?;
+            (Path::new(f[4]) == canon).then(|| f[sep + 1].to_string())
+        })
+        .next_back()
+}
+
+/// Issue 16 §3: a ptsd mount has type `fuse.ptsd`, so `findmnt -t`,
+/// `df -T` and `umount -a -t fuse.ptsd` see it.
+#[test]
+fn mount_type_is_fuse_ptsd() {
+    require_fuse!();
+    let mut m = Mounted::new("64M");
+    assert_eq!(mount_type(&m.dir).as_deref(), Some("fuse.ptsd"));
+    let out = Command::new("findmnt")
+        .args(["-n", "-t", "fuse.ptsd", "-o", "TARGET"])
+        .arg(&m.dir)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim()
+            == m.dir.canonicalize().unwrap().to_str().unwrap(),
+        "findmnt -t fuse.ptsd: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = Command::new("df").arg("-T").arg(&m.dir).output().unwrap();
+    let df = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(df.contains(" fuse.ptsd "), "df -T: {df}");
+    // umount -a -t fuse.ptsd, in a private mount namespace so that only this
+    // process's copies of the machine's ptsd mounts go.
+    let script = format!(
+        "umount -a -t fuse.ptsd && ! findmnt {} >/dev/null",
+        m.dir.display()
+    );
+    let st = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .status()
+        .unwrap();
+    assert!(st.success(), "umount -a -t fuse.ptsd did not unmount it");
+    assert!(
+        is_fuse_mounted(&m.dir),
+        "the namespace's umount reached out"
+    );
+    m.umount();
+    m.fsck();
+}

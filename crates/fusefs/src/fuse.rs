@@ -632,7 +632,12 @@ pub fn mount_config(o: &MountOpts) -> Config {
     let mut c = Config::default();
     c.mount_options = vec![
         MountOption::FSName(o.fsname.clone()),
-        MountOption::Subtype("ptsd".into()),
+        // The mount's type is fuse.ptsd (mount -t, findmnt -t, umount -a -t,
+        // df -T see it). fuser's own Subtype reaches only fusermount3: its
+        // direct mount(2), used as root, passes type "fuse" and drops it. The
+        // kernel's FUSE mount takes `subtype=` itself (as fusermount3 does
+        // with it), so pass it as a kernel option on both paths.
+        MountOption::CUSTOM("subtype=ptsd".into()),
         MountOption::DefaultPermissions,
         MountOption::NoAtime,
         MountOption::Dev,
