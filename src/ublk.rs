@@ -33,6 +33,17 @@ pub enum UblkCmd {
     /// Write and read random extents of a block device with O_DIRECT and
     /// check every byte (a small seeded fio --verify of our own).
     Verify(VerifyArgs),
+    /// Export device N over NVMe/TCP through the kernel's NVMe target
+    /// (nvmet, nvmet-tcp; configured in configfs): other hosts connect with
+    /// `nvme connect -t tcp -a ADDR -s PORT -n nqn.2014-08.org.ptsd:ublkbN`.
+    Export {
+        id: i32,
+        /// Listen on ADDR:PORT (e.g. 0.0.0.0:4420, [::]:4420, 127.0.0.1:4420).
+        #[arg(long, value_name = "ADDR:PORT")]
+        nvmet_tcp: ptsd_ublk::nvmet::TcpAddr,
+    },
+    /// Take down the NVMe/TCP export of device N (its port too, once unused).
+    Unexport { id: i32 },
     /// Reattach a new daemon to device N after its daemon died.
     Recover {
         id: i32,
@@ -122,6 +133,28 @@ pub fn run(cmd: UblkCmd) -> Result<()> {
             Ok(())
         }
         UblkCmd::Recover { id, daemon } => recover(id, daemon),
+        UblkCmd::Export { id, nvmet_tcp } => {
+            let dev = PathBuf::from(format!("/dev/ublkb{id}"));
+            let nvmet = ptsd_ublk::nvmet::Nvmet::system();
+            let e = ptsd_ublk::nvmet::export(&nvmet, &format!("ublkb{id}"), &dev, nvmet_tcp)?;
+            println!(
+                "{} exported as {} on tcp {} (nvmet port {}); connect: nvme connect -t tcp -a {} -s {} -n {}",
+                dev.display(),
+                e.nqn,
+                e.addr,
+                e.port_id,
+                e.addr.0.ip(),
+                e.addr.0.port(),
+                e.nqn
+            );
+            Ok(())
+        }
+        UblkCmd::Unexport { id } => {
+            let nvmet = ptsd_ublk::nvmet::Nvmet::system();
+            ptsd_ublk::nvmet::unexport(&nvmet, &format!("ublkb{id}"))?;
+            println!("/dev/ublkb{id} is no longer exported");
+            Ok(())
+        }
         UblkCmd::Verify(args) => verify(args),
     }
 }

@@ -272,4 +272,12 @@ recovery() {
 }
 check recovery recovery
 
+. /nvmet.sh
+if [ -z "$(nvmet_missing)" ]; then
+    check nvmet-export nvmet_export
+else
+    result nvmet-export SKIP "the guest kernel lacks the modules $(nvmet_missing)"
+fi
+[ -f /tmp/nvmet.fig ] && fig "$(cat /tmp/nvmet.fig)"
+
 check del-all sh -c 'ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk del --all && sleep 0.5 && ! ls /dev/ublkb* 2>/dev/null'

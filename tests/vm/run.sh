@@ -36,7 +36,8 @@ if [ -z "$pkg" ]; then
 fi
 [ -n "$pkg" ] || { echo "vm test: no linux-image-6.12.*-cloud-amd64-unsigned in apt"; exit 1; }
 kdir=$cache/$pkg
-if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd.ko" ]; then
+nvmet_mods="configfs nvmet nvmet-tcp nvme-fabrics nvme-tcp"
+if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd.ko" ] || [ ! -f "$kdir/.nvmet" ]; then
     log "downloading $pkg"
     rm -rf "$kdir.tmp" && mkdir -p "$kdir.tmp"
     (cd "$kdir.tmp" && apt-get download -q "$pkg" >/dev/null 2>&1 || apt-get download "$pkg")
@@ -45,13 +46,17 @@ if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd
     cp "$kdir.tmp"/x/boot/vmlinuz-* "$kdir/vmlinuz"
     # ublk_drv, and brd (a RAM disk: the kernel-only baseline of the
     # latency figures); neither depends on another module.
-    for m in ublk_drv brd; do
+    # The NVMe target and initiator over TCP (the export test): loaded in
+    # this order, each needing only the ones before it (or nothing).
+    for m in ublk_drv brd $nvmet_mods; do
         ko=$(find "$kdir.tmp/x" -name "$m.ko*" | head -1)
+        [ -n "$ko" ] || continue
         case "$ko" in
             *.xz) xz -dc "$ko" > "$kdir/$m.ko" ;;
             *) cp "$ko" "$kdir/$m.ko" ;;
         esac
     done
+    touch "$kdir/.nvmet"
     rm -rf "$kdir.tmp"
 fi
 log "kernel $pkg"
@@ -101,6 +106,8 @@ for lib in $(ldd "$ptsd_bin" 2>/dev/null | grep -o '/[^ ]*'); do # none when sta
     mkdir -p "$rd$(dirname "$lib")" && cp -L "$lib" "$rd$lib"
 done
 cp "$kdir/ublk_drv.ko" "$kdir/brd.ko" "$rd/lib/"
+for m in $nvmet_mods; do [ -f "$kdir/$m.ko" ] && cp "$kdir/$m.ko" "$rd/lib/"; done
+cp tests/vm/nvmet.sh "$rd/nvmet.sh"
 mke2fs=$(command -v mke2fs || echo /sbin/mke2fs)
 cp "$mke2fs" "$rd/sbin/mke2fs"
 ln -s mke2fs "$rd/sbin/mkfs.ext4"

@@ -47,6 +47,7 @@ pub mod engine;
 pub mod fake;
 pub mod ftl;
 pub mod handoff;
+pub mod nvmet;
 pub mod request;
 pub mod sched;
 pub mod stats;
