@@ -42,11 +42,11 @@ nvmet_export() {
         [ -n "$ns" ] || { sleep 0.1; i=$((i + 1)); }
     done
     [ -n "$ns" ] || { echo "controller $ctrl has no namespace"; return 1; }
-    name=$(basename "$ns")
+    nsname=$(basename "$ns")
     # With native multipath the block device is /dev/nvmeXnY, not the path node.
-    blk=/dev/$(echo "$name" | sed 's/c[0-9]*n/n/')
-    [ -b "$blk" ] || blk=/dev/$name
-    [ -b "$blk" ] || { echo "no block device for $name"; ls /dev/nvme*; return 1; }
+    blk=/dev/$(echo "$nsname" | sed 's/c[0-9]*n/n/')
+    [ -b "$blk" ] || blk=/dev/$nsname
+    [ -b "$blk" ] || { echo "no block device for $nsname"; ls /dev/nvme*; return 1; }
     size=$(cat "/sys/class/block/$(basename "$blk")/size")
     [ "$size" = $((128 * 2048)) ] || { echo "$blk has $size sectors, expected $((128 * 2048))"; return 1; }
     t0=$(up)
