@@ -176,11 +176,19 @@ fn read_attr(path: &Path) -> String {
 
 /// Export `device` (named `name`, e.g. `ublkb0`) on `addr` over NVMe/TCP.
 /// A port already listening on `addr` is shared; otherwise a new one is made.
-pub fn export(nvmet: &Nvmet, name: &str, device: &Path, addr: TcpAddr) -> Result<Export, NvmetError> {
+pub fn export(
+    nvmet: &Nvmet,
+    name: &str,
+    device: &Path,
+    addr: TcpAddr,
+) -> Result<Export, NvmetError> {
     if nvmet.load_modules {
         use std::os::unix::fs::FileTypeExt;
         let meta = std::fs::metadata(device);
-        if !meta.map(|m| m.file_type().is_block_device()).unwrap_or(false) {
+        if !meta
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false)
+        {
             return Err(NvmetError::NotABlockDevice(device.to_owned()));
         }
     }
@@ -271,9 +279,7 @@ pub fn unexport(nvmet: &Nvmet, name: &str) -> Result<(), NvmetError> {
             let link = link_dir.join(&nqn);
             if link.symlink_metadata().is_ok() {
                 cfs(&link, std::fs::remove_file(&link))?;
-                let others = std::fs::read_dir(&link_dir)
-                    .map(|d| d.count())
-                    .unwrap_or(0);
+                let others = std::fs::read_dir(&link_dir).map(|d| d.count()).unwrap_or(0);
                 if others == 0 {
                     nvmet.remove_group(&entry.path())?;
                 }
@@ -334,11 +340,20 @@ mod tests {
     fn export_writes_the_configfs_tree_and_unexport_removes_it() {
         let (d, n) = fake();
         let root = d.path().join("nvmet");
-        let e = export(&n, "ublkb3", Path::new("/dev/ublkb3"), "127.0.0.1:4420".parse().unwrap()).unwrap();
+        let e = export(
+            &n,
+            "ublkb3",
+            Path::new("/dev/ublkb3"),
+            "127.0.0.1:4420".parse().unwrap(),
+        )
+        .unwrap();
         assert_eq!(e.port_id, 1);
         let sub = root.join("subsystems/nqn.2014-08.org.ptsd:ublkb3");
         assert_eq!(read_attr(&sub.join("attr_allow_any_host")), "1");
-        assert_eq!(read_attr(&sub.join("namespaces/1/device_path")), "/dev/ublkb3");
+        assert_eq!(
+            read_attr(&sub.join("namespaces/1/device_path")),
+            "/dev/ublkb3"
+        );
         assert_eq!(read_attr(&sub.join("namespaces/1/enable")), "1");
         let port = root.join("ports/1");
         for (attr, want) in [
@@ -354,8 +369,13 @@ mod tests {
         assert_eq!(list(&n), [(e.nqn.clone(), "/dev/ublkb3".to_string())]);
 
         // Twice is refused, nothing changed.
-        let err = export(&n, "ublkb3", Path::new("/dev/ublkb3"), "127.0.0.1:4420".parse().unwrap())
-            .unwrap_err();
+        let err = export(
+            &n,
+            "ublkb3",
+            Path::new("/dev/ublkb3"),
+            "127.0.0.1:4420".parse().unwrap(),
+        )
+        .unwrap_err();
         assert!(matches!(err, NvmetError::AlreadyExported { .. }), "{err}");
 
         unexport(&n, "ublkb3").unwrap();
@@ -375,7 +395,13 @@ mod tests {
         let port = d.path().join(format!("nvmet/ports/{}", a.port_id));
         assert_eq!(read_attr(&port.join("addr_adrfam")), "ipv6");
         // Another address gets another port.
-        let c = export(&n, "ublkb2", Path::new("/dev/ublkb2"), "127.0.0.1:4420".parse().unwrap()).unwrap();
+        let c = export(
+            &n,
+            "ublkb2",
+            Path::new("/dev/ublkb2"),
+            "127.0.0.1:4420".parse().unwrap(),
+        )
+        .unwrap();
         assert_ne!(c.port_id, a.port_id);
         unexport(&n, "ublkb0").unwrap();
         assert!(port.exists(), "port removed while ublkb1 still uses it");
@@ -391,9 +417,14 @@ mod tests {
             assert!(err.contains("is not ADDR:PORT"), "{bad}: {err}");
         }
         let d = tempfile::tempdir().unwrap();
-        let err = export(&Nvmet::at(d.path()), "ublkb0", Path::new("/dev/ublkb0"), "127.0.0.1:4420".parse().unwrap())
-            .unwrap_err()
-            .to_string();
+        let err = export(
+            &Nvmet::at(d.path()),
+            "ublkb0",
+            Path::new("/dev/ublkb0"),
+            "127.0.0.1:4420".parse().unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("NVMe target is not available"), "{err}");
     }
 }
