@@ -1006,3 +1006,287 @@ fn mount_type_is_fuse_ptsd() {
     m.umount();
     m.fsck();
 }
+
+// ---- issue 11 §2-§4: locks, a journal that is gone, the remount race ----
+
+/// Run `ptsd ARGS`; returns (success, stdout + stderr).
+fn ptsd(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = Command::new(PTSD).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+/// A second `ptsd mount` (same journal, or another journal), `ptsd mkfs`
+/// and `ptsd fsck --repair` / `ptsd fsck` of a mounted image are refused,
+/// naming the daemon's PID; nothing on the mount is lost.
+#[test]
+fn a_mounted_image_is_not_mounted_twice_formatted_or_repaired() {
+    require_fuse!();
+    let mut m = Mounted::new("64M");
+    let pid = m.child.as_ref().unwrap().id();
+    for i in 0..20 {
+        std::fs::write(m.p(&format!("f{i}")), format!("file {i}")).unwrap();
+    }
+    let dir2 = m.dir.with_file_name("mnt2");
+    std::fs::create_dir(&dir2).unwrap();
+    let other_journal = m.journal.with_file_name("journal2");
+    let in_use = format!("in use by PID {pid}");
+    let attempts: Vec<(&str, Vec<&std::ffi::OsStr>)> = vec![
+        (
+            "mount + mount",
+            vec![
+                os("mount"),
+                os("-f"),
+                os("--device"),
+                m.img.as_os_str(),
+                os("--journal"),
+                m.journal.as_os_str(),
+                dir2.as_os_str(),
+            ],
+        ),
+        (
+            "two journals on one image",
+            vec![
+                os("mount"),
+                os("-f"),
+                os("--device"),
+                m.img.as_os_str(),
+                os("--journal"),
+                other_journal.as_os_str(),
+                dir2.as_os_str(),
+            ],
+        ),
+        ("mount + mkfs", vec![os("mkfs"), m.img.as_os_str()]),
+        (
+            "mount + mkfs --size",
+            vec![os("mkfs"), m.img.as_os_str(), os("--size"), os("64M")],
+        ),
+        (
+            "mount + fsck --repair",
+            vec![
+                os("fsck"),
+                m.img.as_os_str(),
+                os("--journal"),
+                m.journal.as_os_str(),
+                os("--repair"),
+            ],
+        ),
+        (
+            "mount + fsck",
+            vec![
+                os("fsck"),
+                m.img.as_os_str(),
+                os("--journal"),
+                m.journal.as_os_str(),
+            ],
+        ),
+    ];
+    for (what, args) in attempts {
+        let (ok, text) = ptsd(&args);
+        assert!(
+            !ok && text.contains(&in_use),
+            "{what}: not refused:\n{text}"
+        );
+        assert!(!is_fuse_mounted(&dir2), "{what}: mounted a second time");
+    }
+    assert!(
+        !other_journal.exists(),
+        "a refused mount left a journal behind"
+    );
+    for i in 0..20 {
+        assert_eq!(
+            std::fs::read_to_string(m.p(&format!("f{i}"))).unwrap(),
+            format!("file {i}")
+        );
+    }
+    m.umount();
+    let report = m.fsck();
+    assert!(report.contains("20 files"), "{report}");
+}
+
+/// After `kill -9` and a lost `--journal` file, `ptsd mount` refuses and
+/// says what to do; `ptsd fsck --repair` says what was lost and leaves a
+/// file system that mounts (before: "clean", and the refusal forever).
+#[test]
+fn a_missing_journal_file_is_repaired_by_fsck_and_the_fs_mounts_again() {
+    require_fuse!();
+    let mut m = Mounted::new("64M");
+    std::fs::write(m.p("a"), b"hello").unwrap();
+    std::fs::File::open(m.p("a")).unwrap().sync_all().unwrap();
+    m.kill9();
+    std::fs::remove_file(&m.journal).unwrap();
+    let mount_args = [
+        os("mount"),
+        os("-f"),
+        os("--device"),
+        m.img.as_os_str(),
+        os("--journal"),
+        m.journal.as_os_str(),
+        m.dir.as_os_str(),
+    ];
+    let (ok, text) = ptsd(&mount_args);
+    assert!(!ok && text.contains("fsck --repair"), "{text}");
+    assert!(!is_fuse_mounted(&m.dir));
+    let (ok, text) = ptsd(&[
+        os("fsck"),
+        m.img.as_os_str(),
+        os("--journal"),
+        m.journal.as_os_str(),
+    ]);
+    assert!(
+        !ok && text.contains("journal missing"),
+        "read-only fsck must not say clean:\n{text}"
+    );
+    let (ok, text) = ptsd(&[
+        os("fsck"),
+        m.img.as_os_str(),
+        os("--journal"),
+        m.journal.as_os_str(),
+        os("--repair"),
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("journal missing; changes not yet checkpointed before the crash are lost"),
+        "{text}"
+    );
+    m.mount();
+    std::fs::write(m.p("b"), b"after").unwrap();
+    m.umount();
+    m.fsck();
+}
+
+/// The same, in one step: `ptsd mount --discard-missing-journal`.
+#[test]
+fn mount_discard_missing_journal_mounts_in_one_step() {
+    require_fuse!();
+    let mut m = Mounted::new("64M");
+    std::fs::write(m.p("a"), b"hello").unwrap();
+    m.kill9();
+    std::fs::remove_file(&m.journal).unwrap();
+    m.extra.push("--discard-missing-journal".into());
+    m.mount();
+    std::fs::write(m.p("b"), b"after").unwrap();
+    m.umount();
+    m.fsck();
+}
+
+/// The default RAM journal (/dev/shm) gone after a "reboot": `ptsd mount`
+/// says what was lost and mounts.
+#[test]
+fn default_ram_journal_lost_at_reboot_is_discarded_after_saying_so() {
+    require_fuse!();
+    if !Path::new("/dev/shm").is_dir() {
+        eprintln!("SKIP: no /dev/shm");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mnt");
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&dir).unwrap();
+    let mount = || {
+        let out = Command::new(PTSD)
+            .arg("mount")
+            .arg(&dir)
+            .env("PTSD_DATA_DIR", &data)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = mount();
+    assert!(ok, "{text}");
+    let journal = text
+        .split_once("durability: journal ")
+        .and_then(|(_, t)| t.split(" [").next())
+        .map(PathBuf::from)
+        .expect("journal path in the mount message");
+    std::fs::write(dir.join("a"), b"hello").unwrap();
+    let pid: i32 = std::fs::read_to_string(pid_file(&dir))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let c = cstr(&dir);
+    // SAFETY: valid NUL-terminated path.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(pid_file(&dir));
+    std::fs::remove_file(&journal).unwrap(); // what a reboot does to /dev/shm
+    let (ok, text) = mount();
+    assert!(ok, "the mount must go on without the RAM journal:\n{text}");
+    assert!(text.contains("journal missing"), "{text}");
+    std::fs::write(dir.join("b"), b"after").unwrap();
+    let (ok, text) = ptsd(&[os("umount"), dir.as_os_str()]);
+    assert!(ok, "{text}");
+    let (ok, text) = ptsd(&[os("fsck"), os("--data-dir"), data.as_os_str()]);
+    assert!(ok && text.contains("clean"), "{text}");
+    let _ = std::fs::remove_file(&journal);
+}
+
+/// Plain `umount` returns while the daemon still checkpoints; a mount of
+/// the same image right away waits for it, and the old daemon never
+/// deletes the journal the new mount uses: a file fsync'd on the new mount
+/// survives its `kill -9`.
+#[test]
+fn remount_right_after_umount_waits_for_the_old_daemon() {
+    require_fuse!();
+    let mut m = Mounted::with_args("256M", &["--checkpoint-interval", "0"]);
+    // Enough un-checkpointed data that the old daemon's close takes a while.
+    let chunk = vec![0x5au8; 1 << 20];
+    for i in 0..40 {
+        std::fs::write(m.p(&format!("big{i}")), &chunk).unwrap();
+    }
+    let old = m.child.take().unwrap();
+    assert!(Command::new("umount")
+        .arg(&m.dir)
+        .status()
+        .unwrap()
+        .success());
+    m.mount();
+    let mut old = old;
+    assert!(old.wait().unwrap().success());
+    let new_pid = m.child.as_ref().unwrap().id();
+    assert!(
+        m.journal.exists(),
+        "the old daemon deleted the new mount's journal"
+    );
+    let fds = std::fs::read_dir(format!("/proc/{new_pid}/fd")).unwrap();
+    for fd in fds.flatten() {
+        let target = std::fs::read_link(fd.path()).unwrap_or_default();
+        assert!(
+            !target.to_string_lossy().ends_with("(deleted)"),
+            "the new daemon holds a deleted file: {}",
+            target.display()
+        );
+    }
+    let mut f = std::fs::File::create(m.p("kept")).unwrap();
+    f.write_all(b"fsync'd on the new mount").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    m.kill9();
+    m.fsck();
+    m.mount();
+    assert_eq!(
+        std::fs::read(m.p("kept")).unwrap(),
+        b"fsync'd on the new mount"
+    );
+    assert_eq!(std::fs::read(m.p("big39")).unwrap(), chunk);
+    m.umount();
+    m.fsck();
+}
