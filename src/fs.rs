@@ -318,7 +318,10 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     let opts = MountOpts {
         allow_other: a.allow_other,
         threads: a.threads.unwrap_or(MountOpts::default().threads),
-        fsname: info.device.split(' ').next().unwrap_or("ptsd").to_string(),
+        fsname: info
+            .source
+            .as_ref()
+            .map_or_else(|| "ptsd".to_string(), |p| p.display().to_string()),
         auto_unmount: false,
     };
     let session = match fuser::Session::new(

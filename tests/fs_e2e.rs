@@ -1009,9 +1009,38 @@ fn mount_type_is_fuse_ptsd() {
 
 // ---- issue 11 §2-§4: locks, a journal that is gone, the remount race ----
 
-/// Run `ptsd ARGS`; returns (success, stdout + stderr).
+/// Run `ptsd ARGS`; returns (success, stdout + stderr). A command still
+/// running after 30 s (a foreground mount that should have been refused)
+/// is killed and counts as a failure to refuse.
 fn ptsd(args: &[&std::ffi::OsStr]) -> (bool, String) {
-    let out = Command::new(PTSD).args(args).output().unwrap();
+    let mut child = Command::new(PTSD)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            // A mount it made: detach it so the test can clean up.
+            if let Some(dir) = args.last() {
+                let c = cstr(Path::new(dir));
+                // SAFETY: valid NUL-terminated path.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+            let out = child.wait_with_output().unwrap();
+            return (
+                true,
+                format!(
+                    "still running after 30 s: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                ),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

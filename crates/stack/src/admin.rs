@@ -51,6 +51,7 @@ pub fn mkfs(
                 ssd: None,
                 desc: p.display().to_string(),
                 fresh: false,
+                source: p.canonicalize().ok(),
                 _lock: Some(lock),
             }
         }

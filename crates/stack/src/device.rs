@@ -66,6 +66,8 @@ pub(crate) struct Opened {
     pub desc: String,
     /// The emulated SSD was blank and has just been formatted.
     pub fresh: bool,
+    /// The locked image or device file, canonical.
+    pub source: Option<PathBuf>,
     /// Held until dropped (the device is ours meanwhile).
     pub _lock: Option<PathLock>,
 }
@@ -101,6 +103,7 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
             ssd: None,
             desc: format!("device of {} blocks", dev.num_blocks()),
             fresh: false,
+            source: None,
             _lock: None,
         }),
         DeviceSpec::Path(p) => {
@@ -124,6 +127,7 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
                 ssd: None,
                 desc: p.display().to_string(),
                 fresh: false,
+                source: p.canonicalize().ok(),
                 _lock: Some(lock),
             })
         }
@@ -196,11 +200,13 @@ fn open_ssd(
     })?;
     let ssd = Arc::new(SsdDevice::virtual_time(ssd));
     let how = if fresh { ", new" } else { "" };
+    let source = lock.as_ref().and_then(|l| l.path().canonicalize().ok());
     Ok(Opened {
         dev: ssd.clone(),
         ssd: Some(ssd),
         desc: format!("{name} (emulated SSD, PTSD FTL{how})"),
         fresh,
+        source,
         _lock: lock,
     })
 }

@@ -302,14 +302,4 @@ impl Place {
             }
         }
     }
-
-    /// The locked path, if a file.
-    #[allow(dead_code)]
-    pub fn path(&self) -> Option<&Path> {
-        match &self.target {
-            Target::File { lock: Some(l), .. } => Some(l.path()),
-            Target::File { path, .. } => Some(path),
-            Target::Region(_) => None,
-        }
-    }
 }

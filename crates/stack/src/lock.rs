@@ -32,10 +32,10 @@ pub(crate) struct PathLock {
     path: PathBuf,
 }
 
-/// How long a holder that no longer serves a mount (a daemon finishing its
-/// clean unmount) is waited for before a new mount refuses; a holder that
-/// still serves one gets only this grace (the kernel unmount has returned
-/// before the daemon notices it).
+/// A holder whose FUSE mount is still in the mount table gets only this
+/// grace before the refusal; one that no longer serves a mount (a daemon
+/// finishing its clean close after `umount`, a mkfs, an fsck) is waited for
+/// up to the caller's limit.
 const SERVING_GRACE: Duration = Duration::from_secs(1);
 
 impl PathLock {
@@ -94,7 +94,7 @@ impl PathLock {
                 return Err(io("flock")(err));
             }
             let pid = holder_of(&file);
-            let serving = pid.is_some_and(serves_fuse);
+            let serving = fuse_mounted_from(path);
             let waited = start.elapsed();
             if waited >= wait || (serving && waited >= SERVING_GRACE) {
                 return Err(StackError::InUse {
@@ -163,16 +163,46 @@ fn holder_of(file: &File) -> Option<i32> {
     })
 }
 
-/// Whether process `pid` has /dev/fuse open (still serves a mount).
-fn serves_fuse(pid: i32) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+/// Whether a FUSE mount names `path` as its source (ptsd mounts do): the
+/// holder still serves it. The entry goes at the kernel unmount, before the
+/// daemon's clean close, which is what lets a new mount wait for that close
+/// instead of refusing.
+fn fuse_mounted_from(path: &Path) -> bool {
+    let Ok(canon) = path.canonicalize() else {
         return false;
     };
-    fds.flatten().any(|e| {
-        std::fs::read_link(e.path())
-            .map(|t| t == Path::new("/dev/fuse"))
-            .unwrap_or(false)
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = escape_mount_field(&canon.to_string_lossy());
+    // "36 35 98:0 / /mnt rw,noatime master:1 - fuse /img rw,..." : after
+    // the " - " separator come the type and the source.
+    info.lines().any(|l| {
+        let Some((_, tail)) = l.split_once(" - ") else {
+            return false;
+        };
+        let mut f = tail.split(' ');
+        let (Some(fstype), Some(source)) = (f.next(), f.next()) else {
+            return false;
+        };
+        fstype.starts_with("fuse") && source == want
     })
+}
+
+/// The kernel's escaping of mount table fields (space, tab, newline and
+/// backslash as octal).
+fn escape_mount_field(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            ' ' => out.push_str("\\040"),
+            '\t' => out.push_str("\\011"),
+            '\n' => out.push_str("\\012"),
+            '\\' => out.push_str("\\134"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -213,6 +243,13 @@ mod tests {
         PathLock::acquire(&p, LockMode::Exclusive, false, Duration::from_secs(20)).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(150));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn mount_table_fields_are_escaped_as_the_kernel_does() {
+        assert_eq!(escape_mount_field("/a b\\c"), "/a\\040b\\134c");
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!fuse_mounted_from(dir.path()));
     }
 
     #[test]

@@ -57,6 +57,11 @@ impl StackSpec {
 pub struct OpenInfo {
     /// The device, e.g. "d.img" or "DATA/ssd.img (emulated SSD, PTSD FTL, new)".
     pub device: String,
+    /// The image or device file, canonical (what a FUSE mount should name
+    /// as its source: a new mount that finds the image locked tells a live
+    /// mount, which it refuses, from a daemon finishing its unmount, which
+    /// it waits for, by this entry in the mount table).
+    pub source: Option<std::path::PathBuf>,
     /// The journal file or region.
     pub journal: String,
     /// A blank emulated SSD was formatted and got a new file system.
@@ -141,6 +146,7 @@ impl Stack {
             Ok((fs, store, place, mut info)) => {
                 info.device = desc;
                 info.formatted = opened.fresh;
+                info.source = opened.source.clone();
                 Ok(Stack {
                     fs,
                     store,
