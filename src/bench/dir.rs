@@ -14,13 +14,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ptsd_blockdev::{BlockDevice, MemDevice};
-use ptsd_fs::{mkfs, Caller, FileSystem, JournalStore, MkfsOptions, Store};
-use ptsd_nvjournal::{Journal, JournalConfig, PmemRegion};
+use ptsd_fs::Caller;
+use ptsd_nvjournal::JournalConfig;
+use ptsd_stack::{DeviceSpec, JournalSpec, Stack, StackSpec};
 use rand::{Rng, SeedableRng};
 
 /// Options of `ptsd bench dir`.
@@ -71,15 +72,18 @@ pub fn run(a: DirArgs) -> Result<()> {
     // Directory blocks (~90 entries each), one inode per file, slack.
     let blocks = a.entries / 60 + a.entries / a.links_per_file + 8192;
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, blocks)?);
+    ptsd_stack::mkfs(&DeviceSpec::Device(dev.clone()), None, Duration::ZERO)?;
     let _ = std::fs::remove_file(&a.journal);
-    let region = PmemRegion::open_file(&a.journal, a.journal_mib << 20)
-        .with_context(|| format!("journal region {}", a.journal.display()))?;
-    let journal = Journal::create(region, dev.clone(), JournalConfig::partitioned(4))?;
-    let what = format!("journal {}", a.journal.display());
-    let jstore = Arc::new(JournalStore::new(journal.clone(), dev, what));
-    let store: Arc<dyn Store> = jstore.clone();
-    mkfs(&*store, &MkfsOptions::default())?;
-    let fs = FileSystem::mount(store)?;
+    // Mounted as `ptsd mount` mounts, on the in-memory device.
+    let mut spec = StackSpec::new(
+        DeviceSpec::Device(dev),
+        JournalSpec::File(a.journal.clone()),
+    );
+    spec.journal_bytes = a.journal_mib << 20;
+    spec.journal_config = JournalConfig::partitioned(4);
+    let stack = Stack::open(spec).with_context(|| format!("journal {}", a.journal.display()))?;
+    let journal = stack.store().journal().clone();
+    let fs = stack.fs().clone();
     let me = Caller { uid: 0, gid: 0 };
     let dir = fs.mkdir(fs.root(), b"big", 0o755, me)?.ino;
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
@@ -163,8 +167,8 @@ pub fn run(a: DirArgs) -> Result<()> {
         w.elapsed().as_secs_f64()
     );
     let w = Instant::now();
-    fs.close()?;
     drop(fs);
+    stack.close()?;
     outln!(
         "close (checkpoint of everything): {:.2} s; load average after: {}",
         w.elapsed().as_secs_f64(),
@@ -172,6 +176,5 @@ pub fn run(a: DirArgs) -> Result<()> {
             .unwrap_or_default()
             .trim()
     );
-    let _ = std::fs::remove_file(&a.journal);
     Ok(())
 }
