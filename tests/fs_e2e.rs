@@ -1319,3 +1319,74 @@ fn remount_right_after_umount_waits_for_the_old_daemon() {
     m.umount();
     m.fsck();
 }
+
+/// A block device (a loop device) is held with O_EXCL and flock while
+/// mounted: mkfs and fsck --repair are refused, naming the daemon.
+#[test]
+fn a_mounted_block_device_is_held_exclusively() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let backing = tmp.path().join("loop.img");
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&backing)
+        .output();
+    let dev = match out {
+        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+        _ => {
+            eprintln!("SKIP: no loop device (losetup failed)");
+            return;
+        }
+    };
+    struct Detach(PathBuf);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+        }
+    }
+    let _detach = Detach(dev.clone());
+    let (ok, text) = ptsd(&[os("mkfs"), dev.as_os_str()]);
+    assert!(ok, "{text}");
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let journal = tmp.path().join("j");
+    let (ok, text) = ptsd(&[
+        os("mount"),
+        os("--device"),
+        dev.as_os_str(),
+        os("--journal"),
+        journal.as_os_str(),
+        dir.as_os_str(),
+    ]);
+    assert!(ok, "{text}");
+    let pid: u32 = std::fs::read_to_string(pid_file(&dir))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::fs::write(dir.join("a"), b"on a block device").unwrap();
+    for args in [
+        vec![os("mkfs"), dev.as_os_str()],
+        vec![
+            os("fsck"),
+            dev.as_os_str(),
+            os("--journal"),
+            journal.as_os_str(),
+            os("--repair"),
+        ],
+    ] {
+        let (ok, text) = ptsd(&args);
+        assert!(
+            !ok && text.contains(&format!("in use by PID {pid}")),
+            "{args:?}: {text}"
+        );
+    }
+    let (ok, text) = ptsd(&[os("umount"), dir.as_os_str()]);
+    assert!(ok, "{text}");
+    let (ok, text) = ptsd(&[os("fsck"), dev.as_os_str()]);
+    assert!(ok && text.contains("clean; 1 files"), "{text}");
+}

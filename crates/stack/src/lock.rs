@@ -67,11 +67,14 @@ impl PathLock {
         let file = match oo.open(path) {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                // Claimed by the kernel (mounted) or by another O_EXCL
+                // opener; a ptsd holder also has its flock to name it by.
+                let pid = File::open(path).ok().and_then(|f| holder_of(&f));
                 return Err(StackError::InUse {
                     path: path.to_path_buf(),
-                    pid: None,
-                    serving: false,
-                })
+                    pid,
+                    serving: fuse_mounted_from(path),
+                });
             }
             Err(e) => return Err(io("open")(e)),
         };
