@@ -88,9 +88,17 @@ fn open_write_close_reopen_read_back_on_simulated_devices() {
 /// before the cut is there after `Stack::open` recovered the SSD map and
 /// replayed the journal; what was not may be gone but nothing is torn; the
 /// recovered stack checks clean and takes new writes.
+/// `PTSD_STACK_SEED=N` runs that one seed (failures print it).
 #[test]
 fn crash_drops_unflushed_state_and_reopen_recovers_what_was_fsynced() {
-    for seed in 0..6u64 {
+    let seeds: Vec<u64> = match std::env::var("PTSD_STACK_SEED") {
+        Ok(v) => vec![v.parse().expect("PTSD_STACK_SEED is a number")],
+        Err(_) => (0..6).collect(),
+    };
+    for seed in seeds {
+        eprintln!(
+            "seed {seed}; replay: PTSD_STACK_SEED={seed} cargo test -p ptsd-stack --test stack crash_drops"
+        );
         let image = blank_image();
         let region = CrashRegion::new(4 << 20);
         let stack = Stack::open(sim_spec(&image, &region)).unwrap();
