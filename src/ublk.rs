@@ -159,7 +159,26 @@ pub fn run(cmd: UblkCmd) -> Result<()> {
     }
 }
 
+/// `--queues` and `--depth` within what the driver takes (it would
+/// silently change other values).
+fn check_shape(queues: u16, depth: u16) -> Result<()> {
+    let max_q = kernel::max_queues();
+    if queues == 0 || queues > max_q {
+        bail!(
+            "--queues {queues} is out of range: allowed 1..={max_q} (at most one queue per CPU; this machine has {max_q})"
+        );
+    }
+    if depth == 0 || depth > kernel::MAX_DEPTH {
+        bail!(
+            "--depth {depth} is out of range: allowed 1..={} tags per queue",
+            kernel::MAX_DEPTH
+        );
+    }
+    Ok(())
+}
+
 fn add(args: AddArgs) -> Result<()> {
+    check_shape(args.queues, args.depth)?;
     let backend = match &args.backing {
         Some(path) => BackendSpec::Backing {
             path: std::path::absolute(path)
@@ -204,9 +223,8 @@ fn add(args: AddArgs) -> Result<()> {
 }
 
 fn recover(id: i32, daemon: bool) -> Result<()> {
-    let (spec, ctrl) = kernel::stored_spec(id)?;
-    let info = ctrl.dev_info();
-    drop(ctrl);
+    // Refuse a live, dead, unknown or RAM-backed device before forking.
+    let (spec, info) = kernel::recoverable(id)?;
     let opts = DeviceOptions {
         id,
         queues: info.nr_hw_queues,
@@ -254,10 +272,10 @@ fn watch_stop_signals(id: i32) {
 /// Run the device, in the foreground or as a daemon that reports back
 /// through a pipe once the device is live.
 fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
+    if let Err(e) = kernel::leave_working_directory() {
+        tracing::warn!(error = %e, "cannot chdir to /");
+    }
     if !daemon {
-        if let Err(e) = kernel::private_mount_namespace() {
-            tracing::warn!(error = %e, "no private mount namespace for the daemon");
-        }
         let stats = kernel::run(&opts, recover, |s: &Started| {
             outln!("{}", s.bdev);
             let _ = std::io::stdout().flush();
@@ -299,7 +317,7 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
         };
     }
     drop(rd);
-    // Child: detach from the terminal and the caller's mount namespace.
+    // Child: detach from the terminal.
     // SAFETY: setsid has no memory-safety preconditions.
     unsafe { libc::setsid() };
     let log = std::fs::create_dir_all(kernel::RUN_DIR).and_then(|_| {
@@ -309,9 +327,6 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
             .open(std::path::Path::new(kernel::RUN_DIR).join("daemon.log"))
     });
     redirect_stdio(log.ok());
-    if let Err(e) = kernel::private_mount_namespace() {
-        tracing::warn!(error = %e, "no private mount namespace for the daemon");
-    }
     let report = std::sync::Arc::new(std::sync::Mutex::new(Some(std::fs::File::from(wr))));
     let on_started = {
         let report = report.clone();

@@ -60,6 +60,39 @@ fn bad_arguments_are_refused_without_a_panic() {
 }
 
 #[test]
+fn out_of_range_queues_and_depth_name_the_value_and_the_range() {
+    // Checked before the driver is looked for: the same on any host.
+    for (args, want) in [
+        (
+            &["--queues", "0"][..],
+            "--queues 0 is out of range: allowed 1..=",
+        ),
+        (
+            &["--queues", "5000"][..],
+            "--queues 5000 is out of range: allowed 1..=",
+        ),
+        (
+            &["--depth", "0"][..],
+            "--depth 0 is out of range: allowed 1..=4096",
+        ),
+        (
+            &["--depth", "5000"][..],
+            "--depth 5000 is out of range: allowed 1..=4096",
+        ),
+    ] {
+        let out = ptsd()
+            .args(["ublk", "add", "--mem", "--size", "16M"])
+            .args(args)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn verify_tool_checks_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("img");

@@ -7,9 +7,11 @@
 //! latencies. With [`Timing::Off`] the SSD runs on its own virtual clock and
 //! every request completes as soon as it is served.
 
+use crate::acklog::{AckLog, AckLogError, Logged, Record};
 use crate::backend::{Backend, Finished, Pending};
 use crate::request::{IoOp, RequestError};
 use ptsd_ftl::{DataIo, Done, FtlConfig, Op, Payload, Request, Ssd};
+use std::collections::VecDeque;
 
 /// Whether completions wait for the modelled NAND time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -60,6 +62,38 @@ pub struct FtlBackend {
     done: Vec<Done>,
     /// Finished before `advance` was called (refused at submit).
     refused: Vec<Finished>,
+    /// With a file store: every write, write-zeroes and discard, logged
+    /// before the SSD sees it (see [`crate::acklog`]).
+    log: Option<AckLog>,
+    /// FLUSHes in the SSD (request id) and the log mark each covers.
+    flush_marks: Vec<(u64, u64)>,
+    /// The log outgrew [`LOG_LIMIT`]: an internal FLUSH is draining it and
+    /// new requests wait in `held` until it completes.
+    draining: Option<u64>,
+    held: VecDeque<Pending>,
+    /// `Timing::Emulate`: the SSD's clock minus the engine's (the replay
+    /// ran on the SSD's clock before the engine's started).
+    offset: u64,
+    log_limit: u64,
+}
+
+/// Live log bytes above which the backend flushes the SSD by itself.
+pub const LOG_LIMIT: u64 = 32 << 20;
+/// The SSD request id of the backend's own FLUSH.
+const INTERNAL_FLUSH: u64 = u64::MAX - 1;
+
+/// Why an [`FtlBackend`] could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Ftl(#[from] ptsd_ftl::FtlError),
+    #[error(transparent)]
+    Log(#[from] AckLogError),
+    #[error("replaying {path}: {what}")]
+    Replay {
+        path: std::path::PathBuf,
+        what: String,
+    },
 }
 
 /// The requests inside the SSD, by queue and tag (the SSD's request id
@@ -124,21 +158,46 @@ impl DataIo for Inflight {
 }
 
 impl FtlBackend {
-    pub fn new(cfg: FtlConfig, timing: Timing) -> Result<Self, ptsd_ftl::FtlError> {
+    /// An SSD of `cfg`. With a file store: the image is formatted if new,
+    /// else reopened from its checkpoint or recovered after a crash, and
+    /// the writes its last daemon acknowledged but did not flush are
+    /// replayed from the log and flushed.
+    pub fn new(cfg: FtlConfig, timing: Timing) -> Result<Self, OpenError> {
         let keeps_data = !matches!(cfg.store, ptsd_ftl::StoreKind::None);
-        let ssd = match cfg.store {
-            // A persistent image: formatted if new, else reopened from its
-            // checkpoint or recovered from OOB after a crash.
-            ptsd_ftl::StoreKind::File { .. } => Ssd::open(cfg)?,
-            _ => Ssd::new(cfg)?,
+        let image = match &cfg.store {
+            ptsd_ftl::StoreKind::File { path } => Some(path.clone()),
+            _ => None,
+        };
+        let (mut ssd, log) = match image {
+            Some(image) => {
+                let mut ssd = Ssd::open(cfg)?;
+                let path = AckLog::path_for(&image);
+                let (mut log, records) = AckLog::open(&path, ssd.page_size(), ssd.logical_pages())?;
+                if !records.is_empty() {
+                    let n = records.len();
+                    replay(&mut ssd, records).map_err(|what| OpenError::Replay {
+                        path: path.clone(),
+                        what,
+                    })?;
+                    tracing::info!(records = n, log = %path.display(), "replayed acknowledged writes");
+                }
+                log.rewind().map_err(|source| AckLogError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                (ssd, Some(log))
+            }
+            None => (Ssd::new(cfg)?, None),
         };
         let page = ssd.page_size();
+        let start = ssd.idle_at();
+        ssd.refresh_stats();
         Ok(FtlBackend {
             ssd,
             timing,
             keeps_data,
             page,
-            vnow: 0,
+            vnow: start,
             inflight: Inflight {
                 slots: Vec::new(),
                 page: page as usize,
@@ -147,7 +206,23 @@ impl FtlBackend {
             inflight_count: 0,
             done: Vec::new(),
             refused: Vec::new(),
+            log,
+            flush_marks: Vec::new(),
+            draining: None,
+            held: VecDeque::new(),
+            offset: start,
+            log_limit: LOG_LIMIT,
         })
+    }
+
+    /// The acknowledged-write log, with a file store.
+    pub fn log(&self) -> Option<&AckLog> {
+        self.log.as_ref()
+    }
+
+    /// Flush by itself once the log holds `bytes` (default [`LOG_LIMIT`]).
+    pub fn set_log_limit(&mut self, bytes: u64) {
+        self.log_limit = bytes;
     }
 
     /// The SSD's counters (WAF, GC, mapping cache...).
@@ -156,9 +231,22 @@ impl FtlBackend {
     }
 
     fn finish(&mut self, d: Done, now_ns: u64, out: &mut Vec<Finished>) {
-        let Some(p) = self.inflight.take(d.completion.id) else {
+        let id = d.completion.id;
+        if id == INTERNAL_FLUSH {
+            if let Some(mark) = self.draining.take() {
+                self.flush_done(mark, !d.failed);
+            }
+            return;
+        }
+        let Some(p) = self.inflight.take(id) else {
             return;
         };
+        if p.cmd.op == IoOp::Flush {
+            if let Some(i) = self.flush_marks.iter().position(|&(f, _)| f == id) {
+                let (_, mark) = self.flush_marks.swap_remove(i);
+                self.flush_done(mark, !d.failed);
+            }
+        }
         self.inflight_count -= 1;
         let bytes = p.cmd.blocks as usize * self.page as usize;
         let result = if d.failed {
@@ -189,6 +277,118 @@ impl FtlBackend {
     }
 }
 
+impl FtlBackend {
+    /// A FLUSH submitted at log mark `mark` completed.
+    fn flush_done(&mut self, mark: u64, ok: bool) {
+        let Some(log) = &mut self.log else { return };
+        if !ok {
+            return;
+        }
+        // The data is durable either way; a log that cannot drop what the
+        // flush covered only replays more after a crash.
+        if let Err(e) = log.covered(mark) {
+            tracing::warn!(error = %e, log = %log.path().display(), "cannot drop flushed records");
+        }
+    }
+
+    /// Log `p` if it changes data; `Err` = refuse it (the log failed).
+    fn log_request(&mut self, p: &Pending, bytes: usize) -> Result<(), ()> {
+        let Some(log) = &mut self.log else {
+            return Ok(());
+        };
+        let lpn = p.cmd.block;
+        let pages = u32::try_from(p.cmd.blocks).map_err(|_| ())?;
+        let rec = match p.cmd.op {
+            IoOp::Write => {
+                // SAFETY: the engine owns this request until it is finished
+                // (the `IoBufPtr` protocol); the slice is only read, and
+                // dropped before the SSD is handed the request.
+                let Some(data) = (unsafe { p.buf.slice_mut(bytes) }) else {
+                    return Err(());
+                };
+                Record::Write { lpn, data }
+            }
+            IoOp::WriteZeroes => Record::Zeroes { lpn, pages },
+            IoOp::Discard => Record::Discard { lpn, pages },
+            IoOp::Flush => {
+                self.flush_marks.push((request_id(p), log.mark()));
+                return Ok(());
+            }
+            IoOp::Read => return Ok(()),
+        };
+        log.append(rec).map_err(|e| {
+            tracing::error!(error = %e, log = %log.path().display(), cmd = ?p.cmd, "cannot log a write: refused");
+        })
+    }
+
+    /// Past [`LOG_LIMIT`], flush the SSD and hold new requests until done.
+    fn maybe_drain(&mut self, t: u64) {
+        let Some(log) = &self.log else { return };
+        if self.draining.is_some() || log.live_bytes() < self.log_limit {
+            return;
+        }
+        let mark = log.mark();
+        let req = Request {
+            id: INTERNAL_FLUSH,
+            op: Op::Flush,
+            lpn: 0,
+            pages: 0,
+        };
+        match self.ssd.submit(t, req, Payload::None) {
+            Ok(()) => self.draining = Some(mark),
+            Err(e) => tracing::warn!(error = %e, "cannot flush to drain the log"),
+        }
+    }
+}
+
+/// Apply the logged records to `ssd` in order, on its own clock, and flush.
+fn replay(ssd: &mut Ssd, records: Vec<Logged>) -> Result<(), String> {
+    let page = ssd.page_size() as usize;
+    let mut t = ssd.idle_at();
+    let mut done = Vec::new();
+    let last = records.len() as u64;
+    let flush = Request {
+        id: last,
+        op: Op::Flush,
+        lpn: 0,
+        pages: 0,
+    };
+    let reqs = records.into_iter().enumerate().map(|(i, r)| {
+        let (op, lpn, pages, payload) = match r {
+            Logged::Write { lpn, data } => {
+                let pages = (data.len() / page) as u32;
+                (Op::Write, lpn, pages, Payload::Write(data))
+            }
+            Logged::Zeroes { lpn, pages } => (
+                Op::Write,
+                lpn,
+                pages,
+                Payload::Write(vec![0; pages as usize * page]),
+            ),
+            Logged::Discard { lpn, pages } => (Op::Discard, lpn, pages, Payload::None),
+        };
+        let id = i as u64;
+        (Request { id, op, lpn, pages }, payload)
+    });
+    for (req, payload) in reqs.chain(std::iter::once((flush, Payload::None))) {
+        ssd.submit(t, req, payload)
+            .map_err(|e| format!("record {}: {e}", req.id))?;
+        while let Some(next) = ssd.next_event() {
+            t = t.max(next);
+            ssd.advance(t, &mut done);
+        }
+        if let Some(d) = done.iter().find(|d| d.failed) {
+            return Err(format!(
+                "record {}: {}",
+                d.completion.id,
+                ssd.fault().unwrap_or("the SSD failed it")
+            ));
+        }
+        done.clear();
+    }
+    Ok(())
+}
+
 /// The SSD's request id of `p`: its queue and tag.
 fn request_id(p: &Pending) -> u64 {
     (u64::from(p.queue) << 16) | u64::from(p.tag)
@@ -209,9 +409,13 @@ impl Backend for FtlBackend {
     }
 
     fn submit(&mut self, now_ns: u64, p: Pending) {
+        if self.draining.is_some() {
+            self.held.push_back(p);
+            return;
+        }
         let t = match self.timing {
             Timing::Off => self.vnow,
-            Timing::Emulate => now_ns,
+            Timing::Emulate => now_ns + self.offset,
         };
         let bytes = p.cmd.blocks as usize * self.page as usize;
         let op = match p.cmd.op {
@@ -256,6 +460,11 @@ impl Backend for FtlBackend {
             lpn: p.cmd.block,
             pages,
         };
+        // Logged before the SSD has it: it cannot be acknowledged unlogged.
+        if self.log_request(&p, bytes).is_err() {
+            self.refused.push(refuse(&p, -libc::EIO, now_ns));
+            return;
+        }
         match self.ssd.submit(t, req, payload) {
             Ok(()) => {
                 self.inflight.insert(p);
@@ -263,40 +472,59 @@ impl Backend for FtlBackend {
             }
             Err(e) => {
                 tracing::warn!(error = %e, cmd = ?p.cmd, "SSD refused a request");
+                if p.cmd.op == IoOp::Flush {
+                    self.flush_marks.retain(|&(f, _)| f != req.id);
+                }
                 self.refused.push(refuse(&p, -libc::EIO, now_ns));
             }
         }
+        self.maybe_drain(t);
     }
 
     fn advance(&mut self, now_ns: u64, out: &mut Vec<Finished>) {
-        out.append(&mut self.refused);
-        let mut done = std::mem::take(&mut self.done);
-        match self.timing {
-            Timing::Emulate => self.ssd.advance_with(now_ns, &mut done, &mut self.inflight),
-            Timing::Off => {
-                // Run the model to idle on its own clock.
-                while let Some(t) = self.ssd.next_event() {
-                    self.vnow = self.vnow.max(t);
+        loop {
+            out.append(&mut self.refused);
+            let mut done = std::mem::take(&mut self.done);
+            match self.timing {
+                Timing::Emulate => {
                     self.ssd
-                        .advance_with(self.vnow, &mut done, &mut self.inflight);
+                        .advance_with(now_ns + self.offset, &mut done, &mut self.inflight)
+                }
+                Timing::Off => {
+                    // Run the model to idle on its own clock.
+                    while let Some(t) = self.ssd.next_event() {
+                        self.vnow = self.vnow.max(t);
+                        self.ssd
+                            .advance_with(self.vnow, &mut done, &mut self.inflight);
+                    }
                 }
             }
+            for d in done.drain(..) {
+                self.finish(d, now_ns, out);
+            }
+            self.done = done;
+            // A drain finished: let the held requests in (and serve them).
+            if self.draining.is_some() || self.held.is_empty() {
+                return;
+            }
+            while let Some(p) = self.held.pop_front() {
+                self.submit(now_ns, p);
+            }
         }
-        for d in done.drain(..) {
-            self.finish(d, now_ns, out);
-        }
-        self.done = done;
     }
 
     fn next_event(&self) -> Option<u64> {
         match self.timing {
-            Timing::Emulate => self.ssd.next_event(),
+            Timing::Emulate => self.ssd.next_event().map(|t| t.saturating_sub(self.offset)),
             Timing::Off => None,
         }
     }
 
     fn in_flight(&self) -> usize {
-        self.inflight_count + self.refused.len()
+        self.inflight_count
+            + self.refused.len()
+            + self.held.len()
+            + usize::from(self.draining.is_some())
     }
 
     fn shutdown(&mut self) -> Result<(), RequestError> {
@@ -320,7 +548,14 @@ impl Backend for FtlBackend {
         // Checkpoint a persistent image so the next open is quick.
         self.ssd
             .shutdown()
-            .map_err(|e| RequestError::Device(e.to_string()))
+            .map_err(|e| RequestError::Device(e.to_string()))?;
+        // Everything is durable: nothing to replay.
+        match &mut self.log {
+            Some(log) => log
+                .rewind()
+                .map_err(|e| RequestError::Device(format!("{}: {e}", log.path().display()))),
+            None => Ok(()),
+        }
     }
 }
 

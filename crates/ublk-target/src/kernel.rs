@@ -39,6 +39,16 @@ pub enum KernelError {
     },
     #[error("invalid device id {0}")]
     BadId(i32),
+    #[error("no such ublk device {0} (`ptsd ublk list` shows the devices)")]
+    NoSuchDevice(i32),
+    #[error("device {id} is live (served by pid {pid}): only a device whose daemon died can be recovered")]
+    Live { id: i32, pid: i32 },
+    #[error("device {id} is {state}, not quiesced: nothing to recover (delete it with `ptsd ublk del {id}`)")]
+    NotQuiesced { id: i32, state: String },
+    #[error("device {0} was created without UBLK_F_USER_RECOVERY: it cannot be recovered")]
+    NoRecoveryFlag(i32),
+    #[error("device {id} keeps its data in the daemon's memory ({what}): the data died with the daemon, nothing to recover; delete it with `ptsd ublk del {id}`")]
+    RamBacked { id: i32, what: &'static str },
     #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
     NoSpec(i32),
     #[error("backend: {0}")]
@@ -54,6 +64,78 @@ fn ublk_err(id: i32, what: &'static str) -> impl FnOnce(libublk::UblkError) -> K
         // Debug keeps the errno that Display drops ("other failure").
         err: format!("{e} ({e:?})"),
     }
+}
+
+/// The errno a libublk error carries, if any.
+fn errno_of(e: &libublk::UblkError) -> Option<i32> {
+    match e {
+        libublk::UblkError::UringIOError(n) | libublk::UblkError::OtherError(n) => Some(-n),
+        libublk::UblkError::IOError(io) => io.raw_os_error(),
+        _ => None,
+    }
+}
+
+/// Open the control of an existing device: "no such device" for ENODEV.
+fn open_existing(id: i32) -> Result<UblkCtrl, KernelError> {
+    if id < 0 {
+        return Err(KernelError::BadId(id));
+    }
+    UblkCtrl::new_simple(id).map_err(|e| match errno_of(&e) {
+        Some(libc::ENODEV) | Some(libc::ENOENT) => KernelError::NoSuchDevice(id),
+        _ => ublk_err(id, "open")(e),
+    })
+}
+
+/// A negative result libublk returned as `Ok`.
+fn check_result(id: i32, what: &'static str, r: i32) -> Result<(), KernelError> {
+    if r >= 0 {
+        return Ok(());
+    }
+    Err(KernelError::Ublk {
+        id,
+        what,
+        err: std::io::Error::from_raw_os_error(-r).to_string(),
+    })
+}
+
+/// What `recover` needs of device `id`, after checking that it can be
+/// recovered: it exists, is ours, its daemon died (quiesced), it was
+/// created with recovery, and its data outlives a daemon.
+pub fn recoverable(
+    id: i32,
+) -> Result<(DeviceSpec, libublk::sys::ublksrv_ctrl_dev_info), KernelError> {
+    check_driver()?;
+    let ctrl = open_existing(id)?;
+    let info = ctrl.dev_info();
+    match u32::from(info.state) {
+        libublk::sys::UBLK_S_DEV_QUIESCED => {}
+        libublk::sys::UBLK_S_DEV_LIVE => {
+            return Err(KernelError::Live {
+                id,
+                pid: info.ublksrv_pid,
+            })
+        }
+        other => {
+            return Err(KernelError::NotQuiesced {
+                id,
+                state: state_name(other as u16),
+            })
+        }
+    }
+    if info.flags & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) == 0 {
+        return Err(KernelError::NoRecoveryFlag(id));
+    }
+    let spec = spec_of(&ctrl).ok_or(KernelError::NoSpec(id))?;
+    if let Some(what) = spec.ram_backed() {
+        return Err(KernelError::RamBacked { id, what });
+    }
+    Ok((spec, info))
+}
+
+fn spec_of(ctrl: &UblkCtrl) -> Option<DeviceSpec> {
+    ctrl.get_target_data_from_json()
+        .and_then(|v| v.get("ptsd").cloned())
+        .and_then(|v| serde_json::from_value(v).ok())
 }
 
 /// Fail with [`KernelError::NoDriver`] unless the ublk driver is there.
@@ -81,30 +163,28 @@ pub fn set_io_flusher() {
     }
 }
 
-/// Move the daemon into its own mount namespace with private propagation,
-/// so a file system mounted on its own device is never in its namespace
-/// (and its exit can never wait on that file system's I/O).
-pub fn private_mount_namespace() -> std::io::Result<()> {
-    // SAFETY: plain syscalls with constant arguments.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let root = c"/";
-        let none = c"none";
-        if libc::mount(
-            none.as_ptr(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+/// Detach the daemon from where it was started: its working directory
+/// could be on a file system mounted on a ublk device, which the daemon
+/// would then keep busy (`umount` fails with EBUSY). The daemon stays in its
+/// caller's mount namespace on purpose: a namespace of its own would hold a
+/// copy of every mount that exists when it starts — file systems on other
+/// (or, after `recover`, its own) ublk devices — and keep them alive after
+/// the user unmounts them.
+pub fn leave_working_directory() -> std::io::Result<()> {
+    std::env::set_current_dir("/")
 }
+
+/// Queues a device may have: one per CPU at most (the driver silently
+/// caps more), and never more than the driver's own limit.
+pub fn max_queues() -> u16 {
+    // SAFETY: sysconf with a constant name has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    let hard = libublk::sys::UBLK_MAX_NR_QUEUES;
+    u16::try_from(cpus.clamp(1, i64::from(hard))).unwrap_or(u16::MAX)
+}
+
+/// Tags per queue the driver accepts.
+pub const MAX_DEPTH: u16 = libublk::sys::UBLK_MAX_QUEUE_DEPTH as u16;
 
 /// Shape of a new device.
 #[derive(Clone, Debug)]
@@ -353,18 +433,32 @@ pub fn run(
     check_driver()?;
     let features = driver_features().unwrap_or(0);
     let recovery = features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) != 0;
+    // Requests in flight when a daemon dies are requeued and handed to the
+    // next daemon (not failed with EIO), when the backend's data outlives
+    // the daemon.
+    let reissue = recovery
+        && opts.spec.ram_backed().is_none()
+        && features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY_REISSUE) != 0;
+    let ctrl_flags = match (recovery, reissue) {
+        (true, true) => u64::from(
+            libublk::sys::UBLK_F_USER_RECOVERY | libublk::sys::UBLK_F_USER_RECOVERY_REISSUE,
+        ),
+        (true, false) => u64::from(libublk::sys::UBLK_F_USER_RECOVERY),
+        _ => 0,
+    };
     let id = opts.id;
     let ctrl = if recover {
-        if id < 0 {
-            return Err(KernelError::BadId(id));
-        }
-        UblkCtrl::new_simple(id)
-            .and_then(|c| c.start_user_recover().map(|_| ()))
+        // Checked first so that a live device is refused at once (the
+        // kernel would answer EBUSY, which libublk retries for 30 s).
+        recoverable(id)?;
+        let r = open_existing(id)?
+            .start_user_recover()
             .map_err(ublk_err(id, "start recovery"))?;
+        check_result(id, "start recovery", r)?;
         UblkCtrlBuilder::default()
             .name("ptsd")
             .id(id)
-            .ctrl_flags(u64::from(libublk::sys::UBLK_F_USER_RECOVERY))
+            .ctrl_flags(ctrl_flags)
             .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
             .build()
             .map_err(ublk_err(id, "reopen for recovery"))?
@@ -372,14 +466,10 @@ pub fn run(
         UblkCtrlBuilder::default()
             .name("ptsd")
             .id(id)
-            .nr_queues(opts.queues.max(1))
-            .depth(opts.depth.max(1))
+            .nr_queues(opts.queues)
+            .depth(opts.depth)
             .io_buf_bytes(opts.io_buf_bytes)
-            .ctrl_flags(if recovery {
-                u64::from(libublk::sys::UBLK_F_USER_RECOVERY)
-            } else {
-                0
-            })
+            .ctrl_flags(ctrl_flags)
             .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
             .build()
             .map_err(ublk_err(id, "add"))?
@@ -436,7 +526,12 @@ pub fn run(
     let _ = worker.join();
     let stats = shared.stats();
     write_stats(dev_id, &stats.report());
-    let _ = std::fs::remove_file(pid_path(dev_id));
+    // Only our own: a failed start must not take a live daemon's file.
+    let ours = std::fs::read_to_string(pid_path(dev_id))
+        .is_ok_and(|p| p.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(pid_path(dev_id));
+    }
     result.map_err(ublk_err(dev_id, "serve"))?;
     Ok(stats)
 }
@@ -444,15 +539,8 @@ pub fn run(
 /// Read back the [`DeviceSpec`] stored with device `id`.
 pub fn stored_spec(id: i32) -> Result<(DeviceSpec, UblkCtrl), KernelError> {
     check_driver()?;
-    if id < 0 {
-        return Err(KernelError::BadId(id));
-    }
-    let ctrl = UblkCtrl::new_simple(id).map_err(ublk_err(id, "open"))?;
-    let spec = ctrl
-        .get_target_data_from_json()
-        .and_then(|v| v.get("ptsd").cloned())
-        .and_then(|v| serde_json::from_value(v).ok())
-        .ok_or(KernelError::NoSpec(id))?;
+    let ctrl = open_existing(id)?;
+    let spec = spec_of(&ctrl).ok_or(KernelError::NoSpec(id))?;
     Ok((spec, ctrl))
 }
 
@@ -495,10 +583,7 @@ pub fn list() -> Result<Vec<DeviceSummary>, KernelError> {
             continue;
         };
         let info = ctrl.dev_info();
-        let spec = ctrl
-            .get_target_data_from_json()
-            .and_then(|v| v.get("ptsd").cloned())
-            .and_then(|v| serde_json::from_value(v).ok());
+        let spec = spec_of(&ctrl);
         let bytes = ctrl.get_target_from_json().map(|t| t.dev_size).unwrap_or(0);
         out.push(DeviceSummary {
             id,
@@ -517,10 +602,7 @@ pub fn list() -> Result<Vec<DeviceSummary>, KernelError> {
 /// exits).
 pub fn delete(id: i32) -> Result<(), KernelError> {
     check_driver()?;
-    if id < 0 {
-        return Err(KernelError::BadId(id));
-    }
-    let ctrl = UblkCtrl::new_simple(id).map_err(ublk_err(id, "open"))?;
+    let ctrl = open_existing(id)?;
     let daemon = std::fs::read_to_string(pid_path(id))
         .ok()
         .and_then(|s| s.trim().parse::<libc::pid_t>().ok());

@@ -42,6 +42,7 @@
 //! assert_eq!(handle.take_completions(), vec![(0, 4096)]);
 //! ```
 
+pub mod acklog;
 pub mod backend;
 pub mod engine;
 pub mod fake;

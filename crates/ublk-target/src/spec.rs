@@ -175,6 +175,19 @@ impl DeviceSpec {
         }
     }
 
+    /// If the data lives in the daemon's memory (and dies with it): which
+    /// option put it there.
+    pub fn ram_backed(&self) -> Option<&'static str> {
+        match &self.backend {
+            BackendSpec::Mem { .. } => Some("--mem"),
+            BackendSpec::Ftl {
+                store: FtlStore::Mem,
+                ..
+            } => Some("--store mem"),
+            _ => None,
+        }
+    }
+
     fn direct_sched(&self) -> SchedKind {
         self.sched.unwrap_or_default()
     }
