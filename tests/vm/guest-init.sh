@@ -280,4 +280,9 @@ else
 fi
 [ -f /tmp/nvmet.fig ] && fig "$(cat /tmp/nvmet.fig)"
 
+# Scenarios in files of their own (tests/vm/scenarios/).
+for scenario in /lib/vm-scenarios/*.sh; do
+    [ -f "$scenario" ] && . "$scenario"
+done
+
 check del-all sh -c 'ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk del --all && sleep 0.5 && ! ls /dev/ublkb* 2>/dev/null'

@@ -3,8 +3,9 @@
 #
 # Downloads the newest Debian 6.12 cloud kernel package (never pinned),
 # takes its vmlinuz and ublk_drv.ko, builds a static musl `ptsd`, packs an
-# initramfs (busybox, mke2fs, fio with its libraries, tests/vm/guest-init.sh
-# as /init), boots it and
+# initramfs (busybox, mke2fs, e2fsck, fio with its libraries,
+# tests/vm/guest-init.sh as /init, tests/vm/scenarios/ for it to source),
+# boots it and
 # parses the guest's `PTSD-VM:` result lines. Downloads are cached under
 # target/vm-cache/. Exit status: 0 if every guest check passed.
 #
@@ -108,13 +109,15 @@ done
 cp "$kdir/ublk_drv.ko" "$kdir/brd.ko" "$rd/lib/"
 for m in $nvmet_mods; do [ -f "$kdir/$m.ko" ] && cp "$kdir/$m.ko" "$rd/lib/"; done
 cp tests/vm/nvmet.sh "$rd/nvmet.sh"
-mke2fs=$(command -v mke2fs || echo /sbin/mke2fs)
-cp "$mke2fs" "$rd/sbin/mke2fs"
-ln -s mke2fs "$rd/sbin/mkfs.ext4"
-for lib in $(ldd "$mke2fs" | grep -o '/[^ ]*'); do
-    mkdir -p "$rd$(dirname "$lib")"
-    cp -L "$lib" "$rd$lib"
+for tool in mke2fs e2fsck; do
+    bin=$(command -v $tool || echo /sbin/$tool)
+    cp "$bin" "$rd/sbin/$tool"
+    for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+        mkdir -p "$rd$(dirname "$lib")"
+        cp -L "$lib" "$rd$lib"
+    done
 done
+ln -s mke2fs "$rd/sbin/mkfs.ext4"
 # Libraries go to the same path in the guest (the guest runs fio with
 # LD_LIBRARY_PATH naming these directories: there is no ld.so.cache).
 cp "$fdir/root/usr/bin/fio" "$rd/bin/fio"
@@ -127,6 +130,8 @@ for lib in $(LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -o
     [ -e "$rd$dest" ] || cp -L "$lib" "$rd$dest"
 done
 cp "${PTSD_VM_INIT:-tests/vm/guest-init.sh}" "$rd/init"
+# Scenarios in files of their own, sourced by /init.
+mkdir -p "$rd/lib/vm-scenarios" && cp tests/vm/scenarios/*.sh "$rd/lib/vm-scenarios/"
 chmod +x "$rd/init"
 (cd "$rd" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) > "$cache/initrd.gz"
 

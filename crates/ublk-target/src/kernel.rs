@@ -107,27 +107,25 @@ pub fn recoverable(
     check_driver()?;
     let ctrl = open_existing(id)?;
     let info = ctrl.dev_info();
-    match u32::from(info.state) {
-        libublk::sys::UBLK_S_DEV_QUIESCED => {}
-        libublk::sys::UBLK_S_DEV_LIVE => {
-            return Err(KernelError::Live {
-                id,
-                pid: info.ublksrv_pid,
-            })
-        }
-        other => {
-            return Err(KernelError::NotQuiesced {
-                id,
-                state: state_name(other as u16),
-            })
-        }
-    }
-    if info.flags & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) == 0 {
-        return Err(KernelError::NoRecoveryFlag(id));
+    let state = u32::from(info.state);
+    if state == libublk::sys::UBLK_S_DEV_LIVE {
+        return Err(KernelError::Live {
+            id,
+            pid: info.ublksrv_pid,
+        });
     }
     let spec = spec_of(&ctrl).ok_or(KernelError::NoSpec(id))?;
     if let Some(what) = spec.ram_backed() {
         return Err(KernelError::RamBacked { id, what });
+    }
+    if state != libublk::sys::UBLK_S_DEV_QUIESCED {
+        return Err(KernelError::NotQuiesced {
+            id,
+            state: state_name(info.state),
+        });
+    }
+    if info.flags & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) == 0 {
+        return Err(KernelError::NoRecoveryFlag(id));
     }
     Ok((spec, info))
 }
@@ -433,18 +431,19 @@ pub fn run(
     check_driver()?;
     let features = driver_features().unwrap_or(0);
     let recovery = features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) != 0;
-    // Requests in flight when a daemon dies are requeued and handed to the
-    // next daemon (not failed with EIO), when the backend's data outlives
-    // the daemon.
-    let reissue = recovery
-        && opts.spec.ram_backed().is_none()
-        && features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY_REISSUE) != 0;
-    let ctrl_flags = match (recovery, reissue) {
+    // A device whose data outlives its daemon is kept (quiesced) when the
+    // daemon dies, and the requests in flight then are requeued and handed
+    // to the next daemon instead of failing with EIO. A RAM-backed device's
+    // data dies with the daemon: the device goes with it (its I/O fails at
+    // once rather than hanging for a recovery that cannot be).
+    let keep = recovery && opts.spec.ram_backed().is_none();
+    let reissue = features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY_REISSUE) != 0;
+    let ctrl_flags = match (keep, reissue) {
         (true, true) => u64::from(
             libublk::sys::UBLK_F_USER_RECOVERY | libublk::sys::UBLK_F_USER_RECOVERY_REISSUE,
         ),
         (true, false) => u64::from(libublk::sys::UBLK_F_USER_RECOVERY),
-        _ => 0,
+        (false, _) => 0,
     };
     let id = opts.id;
     let ctrl = if recover {
