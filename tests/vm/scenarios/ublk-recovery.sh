@@ -13,6 +13,7 @@
 # same image reads everything back.
 
 RK=/tmp/rk
+mkdir -p $RK && : > $RK/figs
 RK_CYCLES=3
 # ext4 takes the first 48 MiB of the 64 MiB device; the raw checks write
 # 4 KiB blocks from 56 MiB on.
@@ -98,11 +99,15 @@ rk_cycle() { # DEV ID CYCLE
     kill -9 "$pid"
     wait_state "$id" quiesced || { echo "device never quiesced"; ptsd ublk list; return 1; }
     t1=$(up)
-    ptsd ublk recover "$id" --daemon > /dev/null || { echo "recover failed"; return 1; }
+    logged=$(wc -l < /run/ptsd-ublk/daemon.log)
+    # (info level: the daemon reports how many logged writes it replayed)
+    RUST_LOG=ptsd_ublk=info ptsd ublk recover "$id" --daemon > /dev/null || { echo "recover failed"; return 1; }
     t2=$(up)
     wait_state "$id" live || { echo "device not live after recover"; ptsd ublk list; return 1; }
     t3=$(up)
-    fig "kill-recover cycle $3: kill->quiesced $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}') s, recover command $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", b-a}') s, quiesced->live $(awk -v a="$t1" -v b="$t3" 'BEGIN{printf "%.2f", b-a}') s"
+    echo "kill-recover cycle $3: kill->quiesced $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}') s, recover command $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", b-a}') s, quiesced->live $(awk -v a="$t1" -v b="$t3" 'BEGIN{printf "%.2f", b-a}') s" >> $RK/figs
+    replayed=$(tail -n +$((logged + 1)) /run/ptsd-ublk/daemon.log | grep -o 'records[^0-9]*[0-9]*' | grep -o '[0-9]*$' | head -n 1)
+    echo "kill-recover cycle $3: ${replayed:-0} acknowledged-but-unflushed writes replayed from the log" >> $RK/figs
     new=$(rk_daemon_pid "$id")
     [ "$(readlink /proc/"$new"/ns/mnt)" = "$(readlink /proc/1/ns/mnt)" ] ||
         { echo "the recovered daemon has a mount namespace of its own"; return 1; }
@@ -127,7 +132,7 @@ rk_cycle() { # DEV ID CYCLE
 }
 
 ublk_kill_recover() {
-    rm -rf $RK /tmp/rk.img /tmp/rk.img.acklog && mkdir -p $RK /mnt/rk
+    rm -rf /tmp/rk.img /tmp/rk.img.acklog $RK/w* && mkdir -p $RK /mnt/rk && : > $RK/figs
     RK_ID=
     dev=$(ptsd ublk add --daemon --ftl ptsd --size 64M --store /tmp/rk.img --no-poll) || return 1
     id=$(dev_id "$dev"); RK_ID=$id
@@ -137,7 +142,7 @@ ublk_kill_recover() {
         rk_cycle "$dev" "$id" $c || { rk_cleanup; return 1; }
         c=$((c + 1))
     done
-    fig "kill-recover $(cat $RK/w*.ok | wc -l) fsync'd files over $RK_CYCLES kill -9 + recover cycles"
+    echo "kill-recover $(cat $RK/w*.ok | wc -l) fsync'd files over $RK_CYCLES kill -9 + recover cycles" >> $RK/figs
     ptsd ublk del "$id" || { echo "del failed"; return 1; }
     i=0; while [ -e "$dev" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
     [ ! -e "$dev" ] || { echo "$dev still there after del"; return 1; }
@@ -202,4 +207,6 @@ ublk_refusals() {
 }
 
 check ublk-kill-recover-ext4 ublk_kill_recover
+# (check keeps a check's output: the figures come out here.)
+while read -r line; do fig "$line"; done < $RK/figs
 check ublk-refusals ublk_refusals
