@@ -33,18 +33,15 @@ enum BenchCommand {
 
 #[derive(Args)]
 struct NoopMountArgs {
-    /// FUSE worker threads.
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
-    /// Ask for the kernel's writeback cache.
+    /// FUSE worker threads (default: ptsd-fs's, 2 per CPU).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Ask for the kernel's writeback cache (ptsd-fs does not).
     #[arg(long)]
     writeback_cache: bool,
-    /// Mount without `default_permissions`.
+    /// Count requests per opcode into this file.
     #[arg(long)]
-    no_default_permissions: bool,
-    /// Answer FLUSH with ENOSYS (the kernel then stops sending it).
-    #[arg(long)]
-    flush_enosys: bool,
+    op_counts: Option<std::path::PathBuf>,
     /// Where to mount.
     dir: std::path::PathBuf,
 }
@@ -55,15 +52,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Fs(a) => fs::run(*a),
         BenchCommand::Journal(a) => journal::run(a),
         BenchCommand::Dir(a) => dir::run(a),
-        BenchCommand::NoopMount(a) => Ok(ptsd_bench::fsbench::noopfs::serve(
-            &a.dir,
-            ptsd_bench::fsbench::noopfs::NoopOptions {
-                threads: a.threads,
-                writeback_cache: a.writeback_cache,
-                default_permissions: !a.no_default_permissions,
-                flush_enosys: a.flush_enosys,
-                ..Default::default()
-            },
-        )?),
+        BenchCommand::NoopMount(a) => {
+            let defaults = ptsd_bench::fsbench::noopfs::NoopOptions::default();
+            Ok(ptsd_bench::fsbench::noopfs::serve(
+                &a.dir,
+                ptsd_bench::fsbench::noopfs::NoopOptions {
+                    threads: a.threads.unwrap_or(defaults.threads),
+                    writeback_cache: a.writeback_cache,
+                    op_counts: a.op_counts,
+                },
+            )?)
+        }
     }
 }

@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use ptsd_blockdev::size::parse_size;
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
+use ptsd_fs::opcount::{Counted, OpCounts};
 use ptsd_nvjournal::JournalConfig;
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
@@ -82,6 +83,10 @@ pub struct MountArgs {
     /// Stay in the foreground instead of detaching.
     #[arg(long, short = 'f')]
     pub foreground: bool,
+    /// Count FUSE requests per opcode into this file, readable while
+    /// mounted (`ptsd bench fs` does, for every FUSE target alike).
+    #[arg(long, hide = true)]
+    pub op_counts: Option<PathBuf>,
     /// Mount options as given by mount(8) (-o a,b,c); understood:
     /// allow_other, journal=PATH, journal_partitions=N, journal_size=SIZE,
     /// threads=N, data_dir=PATH, discard_missing_journal.
@@ -324,11 +329,19 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             .map_or_else(|| "ptsd".to_string(), |p| p.display().to_string()),
         auto_unmount: false,
     };
-    let session = match fuser::Session::new(
-        FuseFs::new(stack.fs().clone()),
-        &a.dir,
-        &mount_config(&opts),
-    ) {
+    let counts = match a.op_counts.as_deref().map(OpCounts::create).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = e.to_string();
+            if let Some(w) = notify.as_mut() {
+                let _ = write!(w, "{msg}");
+            }
+            let _ = stack.close();
+            bail!(msg);
+        }
+    };
+    let fs = Counted::new(FuseFs::new(stack.fs().clone()), counts);
+    let session = match fuser::Session::new(fs, &a.dir, &mount_config(&opts)) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("mounting FUSE at {}: {e}", a.dir.display());
@@ -476,6 +489,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         allow_other: false,
         threads: None,
         foreground: false,
+        op_counts: None,
         options,
         dir: PathBuf::from(&pos[1]),
     };

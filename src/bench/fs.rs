@@ -1,63 +1,87 @@
-//! `ptsd bench fs`: the varmail-like and tokubench-like workloads on a ptsd
-//! mount, ext4 on a loop device and the no-op FUSE fs (see
-//! `crates/bench/README.md`).
+//! `ptsd bench fs`: the varmail-like and tokubench-like workloads on ptsd
+//! mounts and on kernel anchors of the same durability class, with the
+//! no-op FUSE ceiling, in rounds (see `crates/bench/README.md`).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use ptsd_bench::fsbench::devstat::FlushCounter;
 use ptsd_bench::fsbench::noopfs::NoopOptions;
-use ptsd_bench::fsbench::suite::{self, SpawnSpec, SuiteConfig, TargetSpec};
-use ptsd_bench::fsbench::target;
+use ptsd_bench::fsbench::report;
+use ptsd_bench::fsbench::suite::{
+    self, Durability, Role, Setup, SpawnSpec, SuiteConfig, TargetSpec,
+};
+use ptsd_bench::fsbench::target::{self, Ext4Setup};
 use ptsd_bench::fsbench::{Bound, SyncKind, TokubenchConfig, VarmailConfig};
 
+/// The targets `ptsd bench fs` can set up. Each one's class, role and
+/// setup are in [`spec`]; comparisons follow from class and role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Target {
-    /// A ptsd mount: spawned `ptsd mount` with its own data dir, or `--ptsd-dir`.
+    /// ptsd (spawned `ptsd mount`, or `--ptsd-dir`), journal on /dev/shm:
+    /// process-crash class.
     Ptsd,
-    /// ext4 on a loop device over an image in the work dir.
+    /// ptsd with its journal a file in the work dir (msync mode): power-loss class.
+    PtsdDurable,
+    /// ext4 on a loop over a disk image in the work dir: power-loss anchor.
     Ext4,
-    /// The bench crate's no-op in-memory FUSE fs (the FUSE ceiling).
+    /// ext4 on a loop over a /dev/shm image: process-crash anchor.
+    Ext4Shm,
+    /// ext4 data=journal, external journal on a /dev/shm loop, data on a
+    /// disk image: process-crash anchor (the kernel's version of ptsd).
+    Ext4Ramjournal,
+    /// The bench crate's no-op in-memory FUSE fs: the ceiling.
     Noop,
-    /// A directory in the work dir on the host's own file system (same
-    /// disk, no loop device in between): a reference row.
+    /// A directory in the work dir on the host's own file system: a
+    /// power-loss reference row.
     Host,
 }
 
 #[derive(Args, Debug)]
 pub struct FsArgs {
-    /// Targets to run, in order.
-    #[arg(long, value_delimiter = ',', default_values = ["ext4", "host", "noop", "ptsd"])]
+    /// Targets to run (each round rotates this order).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values = ["ext4-shm", "ext4-ramjournal", "ext4", "noop", "ptsd", "ptsd-durable"]
+    )]
     targets: Vec<Target>,
-    /// Also run on an existing directory: NAME=DIR (repeatable).
-    #[arg(long = "dir", value_name = "NAME=DIR")]
+    /// Also run on an existing directory: NAME=DIR, or NAME:CLASS=DIR with
+    /// CLASS process-crash or power-loss to compare it with that class's
+    /// anchors (repeatable).
+    #[arg(long = "dir", value_name = "NAME[:CLASS]=DIR")]
     dirs: Vec<String>,
     /// Use this already-mounted directory as the ptsd target instead of
     /// spawning `ptsd mount`.
     #[arg(long, value_name = "DIR")]
     ptsd_dir: Option<PathBuf>,
-    /// Extra argument for the spawned `ptsd mount` (repeatable).
+    /// Extra argument for the spawned `ptsd mount`s (repeatable).
     #[arg(
         long = "ptsd-mount-arg",
         value_name = "ARG",
         allow_hyphen_values = true
     )]
     ptsd_mount_args: Vec<OsString>,
-    /// Where the ext4 image, the ptsd data dir (`ptsd-data`) and the mount
-    /// points go (one disk for both). Default: a new directory under
-    /// /var/tmp, removed afterwards. The ptsd journal goes to /dev/shm (as
-    /// `ptsd mount`'s default does) and is removed afterwards.
+    /// Where the disk images, the ptsd data dirs and the durable journal
+    /// go (one disk for all). Default: a new directory under /var/tmp,
+    /// removed afterwards. RAM images and journals go to /dev/shm.
     #[arg(long)]
     work_dir: Option<PathBuf>,
-    /// Size of the ext4 image, MiB (written in full before the run).
+    /// Size of each ext4 data image, MiB (written in full once, reformatted
+    /// every round).
     #[arg(long, default_value_t = 4096)]
     ext4_size_mib: u64,
+    /// Size of ext4-ramjournal's external journal, MiB (ptsd's journal is
+    /// 256 MiB by default).
+    #[arg(long, default_value_t = 256)]
+    ramjournal_mib: u64,
     /// Worker threads of each workload.
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Seconds each workload runs per target.
+    /// Seconds each workload runs per target and round.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
     /// Bound the varmail-like run by ops per thread instead of seconds.
@@ -84,24 +108,14 @@ pub struct FsArgs {
     /// Seed of the workloads' choices and contents.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// FUSE threads of the no-op fs.
-    #[arg(long, default_value_t = 4)]
-    noop_threads: usize,
-    /// Kernel writeback cache on the no-op fs.
+    /// FUSE threads of the no-op fs (default: ptsd-fs's, 2 per CPU).
+    #[arg(long)]
+    noop_threads: Option<usize>,
+    /// Kernel writeback cache on the no-op fs (ptsd-fs does not ask for it).
     #[arg(long)]
     noop_writeback_cache: bool,
-    /// Mount the no-op fs without `default_permissions` (ptsd-fs always
-    /// has it; without it the kernel skips the GETATTR of a directory
-    /// before each create).
-    #[arg(long)]
-    noop_no_default_permissions: bool,
-    /// The no-op fs answers FLUSH with ENOSYS, as ptsd-fs does (then both
-    /// skip the round trip at close; by default the no-op fs answers it).
-    #[arg(long)]
-    noop_flush_enosys: bool,
     /// Serve the no-op fs from this process instead of a daemon process
-    /// of its own (`ptsd bench noop-mount`). A daemon of its own is what
-    /// ptsd-fs is, and measured faster here, so it is the default ceiling.
+    /// of its own (`ptsd bench noop-mount`), which is what ptsd-fs is.
     #[arg(long)]
     noop_in_process: bool,
     /// Leave the workloads' files in place (for a look afterwards; on the
@@ -111,20 +125,210 @@ pub struct FsArgs {
     /// Print the report as JSON on stdout (progress still on stderr).
     #[arg(long)]
     json: bool,
-    /// Run the whole list of targets this many times, interleaved (ext4,
-    /// host, noop, ptsd, ext4, host, …); ratios compare each target's
-    /// median, so a burst of load from elsewhere moves one row, not the
-    /// verdict.
-    #[arg(long, default_value_t = 1)]
+    /// Rounds: each runs every target once, the order rotated by one per
+    /// round; ratios are paired per round and judged on their median
+    /// (odd, so the median is a measured round).
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Seconds to wait for the spawned ptsd mount to appear.
+    /// Seconds of pause after `sync`, right before each timed run.
+    #[arg(long, default_value_t = 2.0)]
+    settle: f64,
+    /// Seconds to wait for a spawned mount to appear.
     #[arg(long, default_value_t = 60)]
     mount_timeout: u64,
+}
+
+/// Paths a run creates, shared by the target definitions.
+struct Paths {
+    work_dir: PathBuf,
+    scratch: PathBuf,
+    shm: PathBuf,
+    tag: String,
+}
+
+impl Paths {
+    fn shm_file(&self, what: &str) -> PathBuf {
+        self.shm.join(format!("ptsd-bench-{}-{what}", self.tag))
+    }
+}
+
+fn ptsd_spawn(
+    a: &FsArgs,
+    p: &Paths,
+    name: &str,
+    journal: PathBuf,
+    counts: &Path,
+) -> Result<SpawnSpec> {
+    let mountpoint = p.scratch.join(name);
+    // In the foreground, so the daemon is our child and its exit after
+    // `umount` (a clean checkpoint) is waited for.
+    let mut args: Vec<OsString> = vec!["mount".into(), "--foreground".into()];
+    args.extend([
+        "--data-dir".into(),
+        p.work_dir.join(format!("{name}-data")).into_os_string(),
+    ]);
+    args.extend(["--journal".into(), journal.into_os_string()]);
+    args.extend(["--op-counts".into(), counts.as_os_str().to_owned()]);
+    args.extend(a.ptsd_mount_args.iter().cloned());
+    args.push(mountpoint.clone().into());
+    Ok(SpawnSpec {
+        program: std::env::current_exe().context("locating the ptsd binary")?,
+        args,
+        mountpoint,
+        timeout: Duration::from_secs(a.mount_timeout),
+    })
+}
+
+/// The definition of each target: class, role, setup.
+fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
+    let size = a.ext4_size_mib << 20;
+    let ext4 = |name: &str, durability, image: PathBuf, journal| TargetSpec {
+        name: name.into(),
+        durability,
+        role: Role::Anchor,
+        fuse: false,
+        op_counts: None,
+        setup: Setup::Ext4(Ext4Setup {
+            image,
+            size,
+            journal,
+        }),
+    };
+    Ok(match t {
+        Target::Ext4 => ext4(
+            suite::EXT4,
+            Durability::PowerLoss,
+            p.work_dir.join("ext4.img"),
+            None,
+        ),
+        Target::Ext4Shm => ext4(
+            suite::EXT4_SHM,
+            Durability::ProcessCrash,
+            p.shm_file("ext4-shm.img"),
+            None,
+        ),
+        Target::Ext4Ramjournal => ext4(
+            suite::EXT4_RAMJOURNAL,
+            Durability::ProcessCrash,
+            p.work_dir.join("ext4-ramjournal.img"),
+            Some((
+                p.shm_file("ext4-ramjournal.journal"),
+                a.ramjournal_mib << 20,
+            )),
+        ),
+        Target::Host => {
+            let path = p.work_dir.join("host");
+            std::fs::create_dir_all(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            TargetSpec {
+                role: Role::Reference,
+                ..TargetSpec::dir(suite::HOST, path, Durability::PowerLoss)
+            }
+        }
+        Target::Noop => {
+            let counts = p.shm_file("noop.opcounts");
+            let defaults = NoopOptions::default();
+            let threads = a.noop_threads.unwrap_or(defaults.threads);
+            let setup = if a.noop_in_process {
+                Setup::Noop(NoopOptions {
+                    threads,
+                    writeback_cache: a.noop_writeback_cache,
+                    op_counts: None,
+                })
+            } else {
+                let mountpoint = p.scratch.join(suite::NOOP);
+                let mut args: Vec<OsString> = vec![
+                    "bench".into(),
+                    "noop-mount".into(),
+                    "--threads".into(),
+                    threads.to_string().into(),
+                    "--op-counts".into(),
+                    counts.clone().into_os_string(),
+                ];
+                if a.noop_writeback_cache {
+                    args.push("--writeback-cache".into());
+                }
+                args.push(mountpoint.clone().into());
+                Setup::Spawned(SpawnSpec {
+                    program: std::env::current_exe().context("locating the ptsd binary")?,
+                    args,
+                    mountpoint,
+                    timeout: Duration::from_secs(a.mount_timeout),
+                })
+            };
+            TargetSpec {
+                name: suite::NOOP.into(),
+                durability: Durability::None,
+                role: Role::Ceiling,
+                fuse: true,
+                op_counts: Some(counts),
+                setup,
+            }
+        }
+        Target::Ptsd => match &a.ptsd_dir {
+            Some(dir) => TargetSpec {
+                fuse: true,
+                ..TargetSpec::dir(suite::PTSD, dir.clone(), Durability::ProcessCrash)
+            },
+            None => {
+                let counts = p.shm_file("ptsd.opcounts");
+                let journal = p.shm_file("ptsd.journal");
+                TargetSpec {
+                    name: suite::PTSD.into(),
+                    durability: Durability::ProcessCrash,
+                    role: Role::Subject,
+                    fuse: true,
+                    setup: Setup::Spawned(ptsd_spawn(a, p, suite::PTSD, journal, &counts)?),
+                    op_counts: Some(counts),
+                }
+            }
+        },
+        Target::PtsdDurable => {
+            let counts = p.shm_file("ptsd-durable.opcounts");
+            let journal = p.work_dir.join("ptsd-durable.journal");
+            TargetSpec {
+                name: suite::PTSD_DURABLE.into(),
+                durability: Durability::PowerLoss,
+                role: Role::Subject,
+                fuse: true,
+                setup: Setup::Spawned(ptsd_spawn(a, p, suite::PTSD_DURABLE, journal, &counts)?),
+                op_counts: Some(counts),
+            }
+        }
+    })
+}
+
+/// `NAME=DIR` or `NAME:CLASS=DIR`.
+fn parse_dir(d: &str) -> Result<TargetSpec> {
+    let Some((name, path)) = d.split_once('=') else {
+        bail!("--dir wants NAME=DIR or NAME:CLASS=DIR, got {d:?}");
+    };
+    let (name, class) = match name.split_once(':') {
+        Some((n, c)) => match Durability::parse(c) {
+            Some(d @ (Durability::ProcessCrash | Durability::PowerLoss)) => (n, d),
+            _ => bail!("--dir {d:?}: class must be process-crash or power-loss"),
+        },
+        None => (name, Durability::Unknown),
+    };
+    let is_fuse = target::mounted_fstype(Path::new(path)).is_some_and(|t| t.starts_with("fuse"));
+    Ok(TargetSpec {
+        fuse: is_fuse,
+        ..TargetSpec::dir(name, path.into(), class)
+    })
 }
 
 pub fn run(a: FsArgs) -> Result<()> {
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
         bail!("--seconds must be positive");
+    }
+    if !(a.settle.is_finite() && a.settle >= 0.0) {
+        bail!("--settle must be a number of seconds >= 0");
+    }
+    if a.rounds == 0 || a.rounds % 2 == 0 {
+        bail!(
+            "--rounds must be odd (the median is then a measured round), got {}",
+            a.rounds
+        );
     }
     let seconds = Bound::Duration(Duration::from_secs_f64(a.seconds));
     let work_dir = match &a.work_dir {
@@ -135,107 +339,31 @@ pub fn run(a: FsArgs) -> Result<()> {
         .with_context(|| format!("creating {}", work_dir.display()))?;
     let scratch = work_dir.join("mnt");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
-
-    let ptsd_data = work_dir.join("ptsd-data");
-    // Where `ptsd mount` puts its journal by default (tmpfs when there is
-    // one), under a name this run can remove afterwards.
     let shm = PathBuf::from("/dev/shm");
-    let journal_dir = if shm.is_dir() { shm } else { work_dir.clone() };
-    let ptsd_journal = journal_dir.join(format!("ptsd-bench-{}.journal", std::process::id()));
+    let paths = Paths {
+        work_dir: work_dir.clone(),
+        scratch: scratch.clone(),
+        shm: if shm.is_dir() { shm } else { work_dir.clone() },
+        tag: std::process::id().to_string(),
+    };
+    if !target::on_ram_fs(&paths.shm) {
+        eoutln!(
+            "warning: {} is not a RAM file system: the process-crash targets are not what they say",
+            paths.shm.display()
+        );
+    }
 
     let mut targets = Vec::new();
-    for t in &a.targets {
-        targets.push(match t {
-            Target::Ext4 => TargetSpec::Ext4Loop {
-                image_dir: work_dir.clone(),
-                size: a.ext4_size_mib << 20,
-            },
-            Target::Host => {
-                let path = work_dir.join("host");
-                std::fs::create_dir_all(&path)
-                    .with_context(|| format!("creating {}", path.display()))?;
-                TargetSpec::Dir {
-                    name: suite::HOST.into(),
-                    path,
-                }
-            }
-            Target::Noop if a.noop_in_process => TargetSpec::Noop(NoopOptions {
-                threads: a.noop_threads,
-                writeback_cache: a.noop_writeback_cache,
-                default_permissions: !a.noop_no_default_permissions,
-                flush_enosys: a.noop_flush_enosys,
-                ..NoopOptions::default()
-            }),
-            Target::Noop => {
-                let mountpoint = scratch.join("noop");
-                let mut args: Vec<OsString> = vec![
-                    "bench".into(),
-                    "noop-mount".into(),
-                    "--threads".into(),
-                    a.noop_threads.to_string().into(),
-                ];
-                if a.noop_writeback_cache {
-                    args.push("--writeback-cache".into());
-                }
-                if a.noop_no_default_permissions {
-                    args.push("--no-default-permissions".into());
-                }
-                if a.noop_flush_enosys {
-                    args.push("--flush-enosys".into());
-                }
-                args.push(mountpoint.clone().into());
-                TargetSpec::Spawned {
-                    name: suite::NOOP.into(),
-                    spec: SpawnSpec {
-                        program: std::env::current_exe().context("locating the ptsd binary")?,
-                        args,
-                        mountpoint,
-                        timeout: Duration::from_secs(a.mount_timeout),
-                    },
-                }
-            }
-            Target::Ptsd => match &a.ptsd_dir {
-                Some(dir) => TargetSpec::Dir {
-                    name: suite::PTSD.into(),
-                    path: dir.clone(),
-                },
-                None => {
-                    let mountpoint = scratch.join("ptsd");
-                    // In the foreground, so the daemon is our child and its
-                    // exit after `umount` (a clean checkpoint) is waited for.
-                    let mut args: Vec<OsString> = vec!["mount".into(), "--foreground".into()];
-                    args.extend(["--data-dir".into(), ptsd_data.clone().into_os_string()]);
-                    args.extend(["--journal".into(), ptsd_journal.clone().into_os_string()]);
-                    args.extend(a.ptsd_mount_args.iter().cloned());
-                    args.push(mountpoint.clone().into());
-                    TargetSpec::Spawned {
-                        name: suite::PTSD.into(),
-                        spec: SpawnSpec {
-                            program: std::env::current_exe().context("locating the ptsd binary")?,
-                            args,
-                            mountpoint,
-                            timeout: Duration::from_secs(a.mount_timeout),
-                        },
-                    }
-                }
-            },
-        });
-    }
-    if a.rounds == 0 {
-        bail!("--rounds must be at least 1");
-    }
-    let once = targets.clone();
-    for _ in 1..a.rounds {
-        targets.extend(once.iter().cloned());
+    for &t in &a.targets {
+        targets.push(spec(t, &a, &paths)?);
     }
     for d in &a.dirs {
-        let Some((name, path)) = d.split_once('=') else {
-            bail!("--dir wants NAME=DIR, got {d:?}");
-        };
-        targets.push(TargetSpec::Dir {
-            name: name.into(),
-            path: path.into(),
-        });
+        targets.push(parse_dir(d)?);
+    }
+    for (i, t) in targets.iter().enumerate() {
+        if targets[..i].iter().any(|u| u.name == t.name) {
+            bail!("target {} listed twice (--rounds repeats targets)", t.name);
+        }
     }
 
     let cfg = SuiteConfig {
@@ -262,36 +390,50 @@ pub fn run(a: FsArgs) -> Result<()> {
         },
         skip_varmail: a.only_tokubench,
         skip_tokubench: a.only_varmail,
+        rounds: a.rounds,
+        settle: Duration::from_secs_f64(a.settle),
+        disk: FlushCounter::disk_of(&work_dir),
     };
-    let report = suite::run_suite(&targets, &cfg, &scratch, |msg| eoutln!("{msg}"));
+    let runs = suite::run_suite(&targets, &cfg, &scratch, |msg| eoutln!("{msg}"));
     // Clean up what this run created, never descending into a mount that
     // failed to come down.
-    let mountpoints = ["ptsd", "ext4", "noop"].map(|m| scratch.join(m));
-    if let Some(still) = mountpoints
+    let mountpoints: Vec<PathBuf> = targets.iter().map(|t| scratch.join(&t.name)).collect();
+    let still = mountpoints
         .iter()
-        .find(|m| target::mounted_fstype(m).is_some())
-    {
+        .find(|m| target::mounted_fstype(m).is_some());
+    for t in &targets {
+        if let Setup::Ext4(e) = &t.setup {
+            target::remove_images(e);
+        }
+        if let Some(c) = &t.op_counts {
+            let _ = std::fs::remove_file(c);
+        }
+    }
+    if let Some(still) = still {
         eoutln!(
             "{} is still mounted; leaving {} in place",
             still.display(),
             work_dir.display()
         );
-    } else if a.work_dir.is_none() {
-        let _ = std::fs::remove_dir_all(&work_dir);
     } else {
-        for m in &mountpoints {
-            let _ = std::fs::remove_dir(m);
+        for name in [suite::PTSD, suite::PTSD_DURABLE] {
+            let _ = std::fs::remove_file(paths.shm_file(&format!("{name}.journal")));
         }
-        let _ = std::fs::remove_dir(&scratch);
+        if a.work_dir.is_none() {
+            let _ = std::fs::remove_dir_all(&work_dir);
+        } else {
+            for m in &mountpoints {
+                let _ = std::fs::remove_dir(m);
+            }
+            let _ = std::fs::remove_dir(&scratch);
+        }
     }
-    if ptsd_journal.exists() && target::mounted_fstype(&scratch.join("ptsd")).is_none() {
-        let _ = std::fs::remove_file(&ptsd_journal);
-    }
+    let report = report::build(&cfg, runs);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        out!("{}", suite::render_table(&report));
+        out!("{}", report::render_table(&report));
     }
-    suite::first_error(&report)?;
+    report::first_error(&report)?;
     Ok(())
 }

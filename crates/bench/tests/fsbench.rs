@@ -4,8 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ptsd_bench::fsbench::devstat::FlushCounter;
 use ptsd_bench::fsbench::noopfs::{NoopMount, NoopOptions};
-use ptsd_bench::fsbench::suite::{self, SuiteConfig, TargetSpec};
+use ptsd_bench::fsbench::report;
+use ptsd_bench::fsbench::suite::{self, Durability, Role, SuiteConfig, TargetSpec};
 use ptsd_bench::fsbench::{
     run_tokubench, run_varmail, Bound, FsBenchError, SyncKind, TokubenchConfig, VarmailConfig,
 };
@@ -173,34 +175,66 @@ fn suite_reports_a_directory_target_and_a_failing_one() {
         },
         skip_varmail: false,
         skip_tokubench: false,
+        rounds: 3,
+        settle: Duration::ZERO,
+        disk: FlushCounter::disk_of(dir.path()),
     };
     let targets = [
-        TargetSpec::Dir {
-            name: suite::EXT4.into(),
-            path: dir.path().to_path_buf(),
+        TargetSpec {
+            role: Role::Anchor,
+            ..TargetSpec::dir(
+                suite::EXT4_SHM,
+                dir.path().to_path_buf(),
+                Durability::ProcessCrash,
+            )
         },
-        TargetSpec::Dir {
-            name: suite::PTSD.into(),
-            path: dir.path().join("missing"),
-        },
+        TargetSpec::dir(
+            suite::PTSD,
+            dir.path().join("missing"),
+            Durability::ProcessCrash,
+        ),
     ];
-    let report = suite::run_suite(&targets, &cfg, dir.path(), |_| {});
-    assert_eq!(report.targets[0].varmail.as_ref().unwrap().ops, 200);
-    assert_eq!(report.targets[0].tokubench.as_ref().unwrap().files, 500);
-    assert!(report.targets[0].errors.is_empty());
+    let runs = suite::run_suite(&targets, &cfg, dir.path(), |_| {});
+    // Three rounds of two targets, the order rotated each round.
+    let order: Vec<&str> = runs.runs.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(
-        report.targets[1].errors.len(),
+        order,
+        [
+            suite::EXT4_SHM,
+            suite::PTSD,
+            suite::PTSD,
+            suite::EXT4_SHM,
+            suite::EXT4_SHM,
+            suite::PTSD
+        ]
+    );
+    let ok = &runs.runs[0];
+    assert_eq!(ok.varmail.as_ref().unwrap().result.ops, 200);
+    assert_eq!(ok.tokubench.as_ref().unwrap().result.files, 500);
+    assert!(ok.errors.is_empty());
+    assert_eq!(
+        runs.runs[1].errors.len(),
         2,
         "both workloads failed on the missing dir"
     );
-    assert!(suite::first_error(&report).is_err());
-    let table = suite::render_table(&report);
+    let report = report::build(&cfg, runs);
+    assert!(report::first_error(&report).is_err());
+    let anchor = &report.summary[0];
+    assert_eq!(anchor.varmail_ops.unwrap().n, 3, "one figure per round");
+    let cmp = report
+        .comparisons
+        .iter()
+        .find(|c| c.num == suite::PTSD && c.den == suite::EXT4_SHM)
+        .unwrap();
+    assert_eq!(cmp.verdict, report::Verdict::NotMeasured);
+    let table = report::render_table(&report);
     assert!(
-        table.contains("varmail    ext4") && table.contains("failed"),
+        table.contains("ext4-shm") && table.contains("round 1 ptsd: varmail"),
         "{table}"
     );
     let json = serde_json::to_value(&report).unwrap();
-    assert_eq!(json["targets"][0]["varmail"]["ops"], 200);
+    assert_eq!(json["runs"][0]["varmail"]["result"]["ops"], 200);
+    assert_eq!(json["targets"][0]["durability"], "process-crash");
 }
 
 /// Why FUSE cannot be mounted here, if it cannot.
@@ -222,19 +256,43 @@ fn workloads_on_the_noop_fuse_fs() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let counts = dir.path().join("counts");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
     let mount = NoopMount::mount(
-        dir.path(),
+        &mnt,
         NoopOptions {
             threads: 2,
+            op_counts: Some(counts.clone()),
             ..NoopOptions::default()
         },
     )
     .unwrap();
     check_both(mount.dir());
+    // Every request was counted; a cached negative entry spares the second
+    // lookup of a missing name.
+    let names = ptsd_fs::opcount::OP_NAMES;
+    let read = ptsd_fs::opcount::read_counts(&counts).unwrap();
+    let count = |op: &str| read[names.iter().position(|n| *n == op).unwrap()];
+    assert!(count("create") >= 500, "{read:?}");
+    assert_eq!(count("fsync"), 100, "one FSYNC per fsync(2) of varmail");
+    assert_eq!(
+        count("flush"),
+        1,
+        "ENOSYS once, then the kernel stops sending FLUSH"
+    );
+    let missing = mount.dir().join("no-such-name");
+    let before = count("lookup");
+    assert!(!missing.exists());
+    assert!(!missing.exists());
+    let read = ptsd_fs::opcount::read_counts(&counts).unwrap();
+    let lookups = read[names.iter().position(|n| *n == "lookup").unwrap()];
+    assert_eq!(lookups, before + 1, "the negative entry was cached");
     std::fs::remove_dir_all(mount.dir().join("varmail")).unwrap();
     std::fs::remove_dir_all(mount.dir().join("tokubench")).unwrap();
     assert_eq!(count_entries(mount.dir()), 0);
     mount.unmount().unwrap();
-    assert!(ptsd_bench::fsbench::target::mounted_fstype(dir.path())
-        .is_none_or(|t| !t.starts_with("fuse")));
+    assert!(
+        ptsd_bench::fsbench::target::mounted_fstype(&mnt).is_none_or(|t| !t.starts_with("fuse"))
+    );
 }

@@ -33,6 +33,7 @@ pub mod filesystem;
 pub mod format;
 pub mod fsck;
 pub mod fuse;
+pub mod opcount;
 pub mod store;
 
 pub use error::{Errno, FormatError, FsError, StoreError};

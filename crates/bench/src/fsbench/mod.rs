@@ -11,10 +11,13 @@
 //! - [`run_tokubench`]: create many 4 KiB files in directories of 1000
 //!   (write + close, optionally one `syncfs` at the end). Reports files/s.
 //!
-//! Targets ([`target`]): ext4 on a loop device over an image file, a
+//! Targets ([`target`]): ext4 on loop devices over image files (on disk,
+//! on /dev/shm, or with its journal on /dev/shm), a
 //! [`NoopFs`](noopfs::NoopFs) FUSE mount (in-memory, no work: the FUSE
-//! ceiling), a spawned `ptsd mount`, or any directory. [`suite`] runs both
-//! workloads on each target and renders the comparison table.
+//! ceiling), a spawned `ptsd mount`, or any directory. Each declares a
+//! durability class ([`suite::Durability`]). [`suite`] runs both workloads
+//! on each target in rounds; [`report`] pairs the rounds' ratios within a
+//! class and renders the table.
 //!
 //! ```
 //! use ptsd_bench::fsbench::{run_tokubench, Bound, TokubenchConfig};
@@ -26,9 +29,11 @@
 //! assert_eq!(result.verified_files, 100);
 //! ```
 
+pub mod devstat;
 mod error;
 pub mod noopfs;
 mod pattern;
+pub mod report;
 pub mod suite;
 pub mod target;
 mod tokubench;
@@ -43,8 +48,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 pub use error::{FsBenchError, Result};
-pub use tokubench::{run_tokubench, TokubenchConfig, TokubenchResult};
-pub use varmail::{run_varmail, VarmailConfig, VarmailResult};
+pub use tokubench::{run_tokubench, run_tokubench_observed, TokubenchConfig, TokubenchResult};
+pub use varmail::{run_varmail, run_varmail_observed, VarmailConfig, VarmailResult};
 
 use error::io_err;
 
@@ -74,6 +79,15 @@ impl Bound {
             _ => Ok(()),
         }
     }
+}
+
+/// Where a workload is when it calls its observer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Set up and synced; the timed phase starts when the observer returns.
+    Start,
+    /// The timed phase (and, for tokubench, its final syncfs) is over.
+    End,
 }
 
 /// Which sync call the workload makes after its appends.

@@ -1,96 +1,148 @@
 //! A minimal in-memory FUSE file system that does no real work: the FUSE
-//! ceiling of the machine.
+//! ceiling of the machine, for comparison with ptsd-fs.
 //!
-//! Inodes, directories and file bytes live in one map in memory; `fsync`,
-//! `flush` and `fsyncdir` reply at once. It serves enough of POSIX for the
-//! [`fsbench`](super) workloads (and `ls`, `cat`, `rm -r`): lookup, getattr,
-//! setattr, mkdir, create, open, read, write, unlink, rmdir, rename,
-//! readdir, statfs. Its throughput is what a FUSE file system on this
-//! machine cannot beat, whatever it does inside.
+//! A ceiling must ask the kernel for the same things ptsd-fs does, or the
+//! two get different requests and "ptsd / no-op" measures the difference:
+//! it mounts with ptsd-fs's own [`mount_config`] (noatime,
+//! default_permissions, threads, cloned fds), asks for the same INIT
+//! capabilities ([`INIT_FLAGS`]: READDIRPLUS, PARALLEL_DIROPS, ASYNC_DIO,
+//! HANDLE_KILLPRIV_V2), caches negative entries, answers FLUSH with ENOSYS
+//! (the kernel then stops sending it), getxattr with ENODATA, and opens
+//! with `FOPEN_KEEP_CACHE`, all as ptsd-fs does. Its state is sharded by
+//! inode (no global lock) and every reply is sent after the shard lock is
+//! released, so one slow reply never holds up another thread.
+//!
+//! Inodes, directories and file bytes live in memory; `fsync` and
+//! `fsyncdir` reply at once. It serves enough of POSIX for the
+//! [`fsbench`](super) workloads (and `ls`, `cat`, `rm -r`): lookup,
+//! getattr, setattr, mkdir, create, open, read, write, unlink, rmdir,
+//! rename, readdir(plus), statfs, xattr reads.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use fuser::{
-    BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, FopenFlags,
+    Generation, INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
+use ptsd_fs::fuse::{mount_config as ptsd_mount_config, MountOpts, INIT_FLAGS, TTL};
+use ptsd_fs::opcount::{Counted, OpCounts};
 
 use super::{FsBenchError, Result};
 
-/// How the no-op file system talks to the kernel.
+/// Inode shards: enough that 2..16 FUSE threads rarely meet on one lock.
+const SHARDS: usize = 64;
+
+/// How the no-op file system is served.
 #[derive(Clone, Debug)]
 pub struct NoopOptions {
-    /// FUSE worker threads (fuser's `n_threads`, each with a cloned fd;
-    /// default 4, ptsd-fs's default on 2 CPUs).
+    /// FUSE worker threads (fuser's `n_threads`, each with a cloned fd).
+    /// Default: ptsd-fs's default (2 per CPU, 2..16).
     pub threads: usize,
-    /// How long the kernel may cache attributes and names (default 5 s,
-    /// as ptsd-fs).
-    pub ttl: Duration,
-    /// Reply to open/create with `FOPEN_KEEP_CACHE`, so the page cache
-    /// survives a reopen (ptsd-fs does the same; without it every open
-    /// drops the file's cached pages and reads go to the daemon).
-    pub keep_cache: bool,
-    /// Ask for the kernel's writeback cache (writes buffered in the page
-    /// cache, sent on flush/fsync/writeback).
+    /// Ask for the kernel's writeback cache (ptsd-fs does not; off by
+    /// default).
     pub writeback_cache: bool,
-    /// Mount with `default_permissions` (the kernel checks permissions
-    /// from cached attributes), as ptsd-fs does. Like ptsd-fs, the no-op fs
-    /// then answers the GETATTR the kernel sends for a directory whose
-    /// attributes a create or unlink made stale.
-    pub default_permissions: bool,
-    /// Answer FLUSH with ENOSYS, so the kernel stops sending it (as
-    /// ptsd-fs does). Off by default: a file system that has anything to do
-    /// at close must answer it.
-    pub flush_enosys: bool,
+    /// Count requests per opcode into this file (see
+    /// [`ptsd_fs::opcount`]).
+    pub op_counts: Option<PathBuf>,
 }
 
 impl Default for NoopOptions {
     fn default() -> Self {
         NoopOptions {
-            threads: 4,
-            ttl: Duration::from_secs(5),
-            keep_cache: true,
+            threads: MountOpts::default().threads,
             writeback_cache: false,
-            default_permissions: true,
-            flush_enosys: false,
+            op_counts: None,
         }
     }
 }
 
+#[derive(Clone)]
 struct Node {
     attr: FileAttr,
     content: Content,
 }
 
+#[derive(Clone)]
 enum Content {
     File(Vec<u8>),
-    Dir {
-        parent: u64,
-        entries: BTreeMap<OsString, u64>,
-    },
+    Dir { parent: u64, entries: Entries },
 }
 
-struct Tree {
-    nodes: HashMap<u64, Node>,
-    next_ino: u64,
+/// A directory's entries: name -> (inode, kind) (the kind is here so that
+/// unlink and rmdir check it without locking the child's shard), each with
+/// a readdir cookie that stays valid while other entries come and go (a
+/// position would shift under `rm -r`'s read-while-deleting).
+#[derive(Clone)]
+struct Entries {
+    by_name: HashMap<OsString, (u64, FileType, u64)>,
+    by_cookie: BTreeMap<u64, OsString>,
+    next_cookie: u64,
 }
 
-/// The in-memory file system; mount it with [`NoopMount::mount`].
+impl Entries {
+    /// Cookies 1 and 2 are `.` and `..`.
+    fn new() -> Self {
+        Entries {
+            by_name: HashMap::new(),
+            by_cookie: BTreeMap::new(),
+            next_cookie: 3,
+        }
+    }
+
+    fn get(&self, name: &OsStr) -> Option<(u64, FileType)> {
+        self.by_name.get(name).map(|&(i, k, _)| (i, k))
+    }
+
+    fn contains_key(&self, name: &OsStr) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    fn insert(&mut self, name: OsString, (ino, kind): (u64, FileType)) {
+        let cookie = self.next_cookie;
+        self.next_cookie += 1;
+        if let Some((_, _, old)) = self.by_name.insert(name.clone(), (ino, kind, cookie)) {
+            self.by_cookie.remove(&old);
+        }
+        self.by_cookie.insert(cookie, name);
+    }
+
+    fn remove(&mut self, name: &OsStr) -> Option<(u64, FileType)> {
+        let (ino, kind, cookie) = self.by_name.remove(name)?;
+        self.by_cookie.remove(&cookie);
+        Some((ino, kind))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+type Shard = HashMap<u64, Node>;
+
+/// The in-memory file system; mount it with [`NoopMount::mount`] or
+/// [`serve`].
 pub struct NoopFs {
-    tree: Mutex<Tree>,
+    shards: Box<[Mutex<Shard>]>,
+    next_ino: AtomicU64,
+    nodes: AtomicU64,
+    /// Renames change two directories in steps; they take this first, so
+    /// two renames never interleave (the workloads do not rename).
+    tree_lock: Mutex<()>,
     options: NoopOptions,
 }
 
-fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> FileAttr {
+fn new_attr(kind: FileType, perm: u16, req: &Request) -> FileAttr {
     let now = SystemTime::now();
     FileAttr {
-        ino: INodeNo(ino),
+        ino: INodeNo(0),
         size: 0,
         blocks: 0,
         atime: now,
@@ -108,9 +160,36 @@ fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> FileAttr {
     }
 }
 
+/// The entry ptsd-fs returns for a missing name: node id 0, which the
+/// kernel caches as "no such name" for the TTL.
+fn negative_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 fn set_size(attr: &mut FileAttr, size: u64) {
     attr.size = size;
     attr.blocks = size.div_ceil(512);
+}
+
+fn touch(attr: &mut FileAttr) {
+    attr.mtime = SystemTime::now();
+    attr.ctime = attr.mtime;
 }
 
 impl NoopFs {
@@ -139,53 +218,47 @@ impl NoopFs {
             },
             content: Content::Dir {
                 parent: INodeNo::ROOT.0,
-                entries: BTreeMap::new(),
+                entries: Entries::new(),
             },
         };
-        let mut nodes = HashMap::new();
-        nodes.insert(INodeNo::ROOT.0, root);
+        let shards: Box<[Mutex<Shard>]> = (0..SHARDS).map(|_| Mutex::default()).collect();
+        shards[INodeNo::ROOT.0 as usize % SHARDS]
+            .lock()
+            .insert(INodeNo::ROOT.0, root);
         NoopFs {
-            tree: Mutex::new(Tree {
-                nodes,
-                next_ino: INodeNo::ROOT.0 + 1,
-            }),
+            shards,
+            next_ino: AtomicU64::new(INodeNo::ROOT.0 + 1),
+            nodes: AtomicU64::new(1),
+            tree_lock: Mutex::new(()),
             options,
         }
     }
-}
 
-impl NoopFs {
-    fn open_flags(&self) -> FopenFlags {
-        if self.options.keep_cache {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        }
+    fn shard(&self, ino: u64) -> MutexGuard<'_, Shard> {
+        self.shards[ino as usize % SHARDS].lock()
     }
-}
 
-impl Tree {
-    fn child(&self, parent: u64, name: &OsStr) -> std::result::Result<u64, Errno> {
-        match self.nodes.get(&parent).map(|n| &n.content) {
-            Some(Content::Dir { entries, .. }) => entries.get(name).copied().ok_or(Errno::ENOENT),
+    /// A copy of `ino`'s attributes (the lock is released on return).
+    fn attr(&self, ino: u64) -> std::result::Result<FileAttr, Errno> {
+        self.shard(ino)
+            .get(&ino)
+            .map(|n| n.attr)
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn child(&self, parent: u64, name: &OsStr) -> std::result::Result<(u64, FileType), Errno> {
+        match self.shard(parent).get(&parent).map(|n| &n.content) {
+            Some(Content::Dir { entries, .. }) => entries.get(name).ok_or(Errno::ENOENT),
             Some(Content::File(_)) => Err(Errno::ENOTDIR),
             None => Err(Errno::ENOENT),
         }
     }
 
-    fn entries_mut(
-        &mut self,
-        dir: u64,
-    ) -> std::result::Result<&mut BTreeMap<OsString, u64>, Errno> {
-        match self.nodes.get_mut(&dir).map(|n| &mut n.content) {
-            Some(Content::Dir { entries, .. }) => Ok(entries),
-            Some(Content::File(_)) => Err(Errno::ENOTDIR),
-            None => Err(Errno::ENOENT),
-        }
-    }
-
+    /// Adds a new node under `parent`: the node first (nobody knows its
+    /// number yet), then the name, so a lookup that finds the name finds
+    /// the node.
     fn insert(
-        &mut self,
+        &self,
         parent: u64,
         name: &OsStr,
         mut attr: FileAttr,
@@ -194,79 +267,182 @@ impl Tree {
         if name.len() > 255 {
             return Err(Errno::ENAMETOOLONG);
         }
-        let ino = self.next_ino;
-        let is_dir = matches!(content, Content::Dir { .. });
-        let entries = self.entries_mut(parent)?;
-        if entries.contains_key(name) {
-            return Err(Errno::EEXIST);
-        }
-        entries.insert(name.to_owned(), ino);
-        self.next_ino += 1;
+        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
         attr.ino = INodeNo(ino);
-        self.nodes.insert(ino, Node { attr, content });
-        let parent_attr = &mut self
-            .nodes
-            .get_mut(&parent)
-            .expect("parent checked above")
-            .attr;
-        parent_attr.mtime = SystemTime::now();
-        parent_attr.ctime = parent_attr.mtime;
-        if is_dir {
-            parent_attr.nlink += 1;
+        let kind = attr.kind;
+        self.shard(ino).insert(ino, Node { attr, content });
+        let linked = {
+            let mut shard = self.shard(parent);
+            match shard.get_mut(&parent) {
+                Some(Node {
+                    attr: pattr,
+                    content: Content::Dir { entries, .. },
+                }) => {
+                    if entries.contains_key(name) {
+                        Err(Errno::EEXIST)
+                    } else {
+                        entries.insert(name.to_owned(), (ino, kind));
+                        touch(pattr);
+                        if kind == FileType::Directory {
+                            pattr.nlink += 1;
+                        }
+                        Ok(())
+                    }
+                }
+                Some(_) => Err(Errno::ENOTDIR),
+                None => Err(Errno::ENOENT),
+            }
+        };
+        match linked {
+            Ok(()) => {
+                self.nodes.fetch_add(1, Ordering::Relaxed);
+                Ok(attr)
+            }
+            Err(e) => {
+                self.shard(ino).remove(&ino);
+                Err(e)
+            }
         }
-        Ok(attr)
     }
 
-    /// Removes `name` from `parent`; `want_dir` selects rmdir semantics.
-    fn remove(
-        &mut self,
-        parent: u64,
-        name: &OsStr,
-        want_dir: bool,
-    ) -> std::result::Result<(), Errno> {
-        let ino = self.child(parent, name)?;
-        let node = self.nodes.get(&ino).ok_or(Errno::ENOENT)?;
-        match (&node.content, want_dir) {
-            (Content::Dir { entries, .. }, true) if !entries.is_empty() => {
-                return Err(Errno::ENOTEMPTY)
-            }
-            (Content::Dir { .. }, false) => return Err(Errno::EISDIR),
-            (Content::File(_), true) => return Err(Errno::ENOTDIR),
+    /// Removes `name` from `parent` (rmdir semantics when `want_dir`) and
+    /// frees its node.
+    fn remove(&self, parent: u64, name: &OsStr, want_dir: bool) -> std::result::Result<(), Errno> {
+        let (ino, kind) = self.child(parent, name)?;
+        match (kind == FileType::Directory, want_dir) {
+            (true, false) => return Err(Errno::EISDIR),
+            (false, true) => return Err(Errno::ENOTDIR),
             _ => {}
         }
-        self.entries_mut(parent)?.remove(name);
-        self.nodes.remove(&ino);
         if want_dir {
-            if let Some(p) = self.nodes.get_mut(&parent) {
-                p.attr.nlink -= 1;
+            // The child must be seen empty and unlinked with no create into
+            // it in between: hold both shards (in index order; one lock
+            // when they are the same shard).
+            let (pi, ci) = (parent as usize % SHARDS, ino as usize % SHARDS);
+            let is_empty = |s: &Shard| match s.get(&ino).map(|n| &n.content) {
+                Some(Content::Dir { entries, .. }) => entries.is_empty(),
+                _ => true,
+            };
+            if pi == ci {
+                let mut s = self.shards[pi].lock();
+                if !is_empty(&s) {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                unlink_in(&mut s, parent, name, ino, true)?;
+                s.remove(&ino);
+            } else {
+                let (first, second) = (
+                    self.shards[pi.min(ci)].lock(),
+                    self.shards[pi.max(ci)].lock(),
+                );
+                let (mut ps, mut cs) = if pi < ci {
+                    (first, second)
+                } else {
+                    (second, first)
+                };
+                if !is_empty(&cs) {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                unlink_in(&mut ps, parent, name, ino, true)?;
+                cs.remove(&ino);
             }
+        } else {
+            unlink_in(&mut self.shard(parent), parent, name, ino, false)?;
+            self.shard(ino).remove(&ino);
         }
+        self.nodes.fetch_sub(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn open_flags() -> FopenFlags {
+        FopenFlags::FOPEN_KEEP_CACHE
+    }
+
+    /// Up to `max` entries of `dir` from readdir offset `offset` (0, or a
+    /// `next` returned before), `.` and `..` first, each with its `next`.
+    #[allow(clippy::type_complexity)]
+    fn list(
+        &self,
+        dir: u64,
+        offset: u64,
+        max: usize,
+    ) -> std::result::Result<Vec<(u64, FileType, OsString, u64)>, Errno> {
+        let shard = self.shard(dir);
+        let Some(Content::Dir { parent, entries }) = shard.get(&dir).map(|n| &n.content) else {
+            return Err(Errno::ENOTDIR);
+        };
+        let dots = [
+            (dir, FileType::Directory, OsString::from("."), 1),
+            (*parent, FileType::Directory, OsString::from(".."), 2),
+        ];
+        let rest = entries.by_cookie.range(offset.max(2)..).map(|(&c, name)| {
+            let (ino, kind) = entries.get(name).expect("both maps hold every entry");
+            (ino, kind, name.clone(), c + 1)
+        });
+        Ok(dots
+            .into_iter()
+            .filter(|d| d.3 > offset)
+            .chain(rest)
+            .take(max)
+            .collect())
+    }
+}
+
+/// Removes `name` (naming `ino`) from directory `parent` in its shard.
+fn unlink_in(
+    shard: &mut Shard,
+    parent: u64,
+    name: &OsStr,
+    ino: u64,
+    was_dir: bool,
+) -> std::result::Result<(), Errno> {
+    match shard.get_mut(&parent) {
+        Some(Node {
+            attr,
+            content: Content::Dir { entries, .. },
+        }) => {
+            // Gone or replaced since the caller looked it up: not ours.
+            if entries.get(name).map(|e| e.0) != Some(ino) {
+                return Err(Errno::ENOENT);
+            }
+            entries.remove(name);
+            touch(attr);
+            if was_dir {
+                attr.nlink -= 1;
+            }
+            Ok(())
+        }
+        Some(_) => Err(Errno::ENOTDIR),
+        None => Err(Errno::ENOENT),
     }
 }
 
 impl fuser::Filesystem for NoopFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = INIT_FLAGS;
         if self.options.writeback_cache {
-            // An old kernel without it just runs write-through.
-            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+            want |= fuser::InitFlags::FUSE_WRITEBACK_CACHE;
         }
-        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Only what the kernel offers (an old kernel just runs without).
+        let _ = config.add_capabilities(want & config.capabilities());
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let tree = self.tree.lock();
-        match tree.child(parent.0, name) {
-            Ok(ino) => reply.entry(&self.options.ttl, &tree.nodes[&ino].attr, Generation(0)),
+        match self
+            .child(parent.0, name)
+            .and_then(|(ino, _)| self.attr(ino))
+        {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(Errno::ENOENT) => reply.entry(&TTL, &negative_entry(), Generation(0)),
             Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.tree.lock().nodes.get(&ino.0) {
-            Some(n) => reply.attr(&self.options.ttl, &n.attr),
-            None => reply.error(Errno::ENOENT),
+        match self.attr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -288,36 +464,49 @@ impl fuser::Filesystem for NoopFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let mut tree = self.tree.lock();
-        let Some(node) = tree.nodes.get_mut(&ino.0) else {
-            return reply.error(Errno::ENOENT);
+        let result = {
+            let mut shard = self.shard(ino.0);
+            match shard.get_mut(&ino.0) {
+                None => Err(Errno::ENOENT),
+                Some(node) => {
+                    let now = SystemTime::now();
+                    let resolve = |t: TimeOrNow| match t {
+                        TimeOrNow::SpecificTime(t) => t,
+                        TimeOrNow::Now => now,
+                    };
+                    let mut r = Ok(());
+                    if let Some(size) = size {
+                        match &mut node.content {
+                            Content::File(data) => {
+                                data.resize(usize::try_from(size).unwrap_or(usize::MAX), 0);
+                                set_size(&mut node.attr, size);
+                                node.attr.mtime = now;
+                            }
+                            Content::Dir { .. } => r = Err(Errno::EISDIR),
+                        }
+                    }
+                    r.map(|()| {
+                        if let Some(mode) = mode {
+                            node.attr.perm = (mode & 0o7777) as u16;
+                        }
+                        node.attr.uid = uid.unwrap_or(node.attr.uid);
+                        node.attr.gid = gid.unwrap_or(node.attr.gid);
+                        if let Some(t) = atime {
+                            node.attr.atime = resolve(t);
+                        }
+                        if let Some(t) = mtime {
+                            node.attr.mtime = resolve(t);
+                        }
+                        node.attr.ctime = now;
+                        node.attr
+                    })
+                }
+            }
         };
-        let now = SystemTime::now();
-        let resolve = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => t,
-            TimeOrNow::Now => now,
-        };
-        if let Some(size) = size {
-            let Content::File(data) = &mut node.content else {
-                return reply.error(Errno::EISDIR);
-            };
-            data.resize(usize::try_from(size).unwrap_or(usize::MAX), 0);
-            set_size(&mut node.attr, size);
-            node.attr.mtime = now;
+        match result {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
         }
-        if let Some(mode) = mode {
-            node.attr.perm = (mode & 0o7777) as u16;
-        }
-        node.attr.uid = uid.unwrap_or(node.attr.uid);
-        node.attr.gid = gid.unwrap_or(node.attr.gid);
-        if let Some(t) = atime {
-            node.attr.atime = resolve(t);
-        }
-        if let Some(t) = mtime {
-            node.attr.mtime = resolve(t);
-        }
-        node.attr.ctime = now;
-        reply.attr(&self.options.ttl, &node.attr);
     }
 
     fn mkdir(
@@ -329,26 +518,26 @@ impl fuser::Filesystem for NoopFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let attr = new_attr(0, FileType::Directory, (mode & !umask & 0o7777) as u16, req);
+        let attr = new_attr(FileType::Directory, (mode & !umask & 0o7777) as u16, req);
         let content = Content::Dir {
             parent: parent.0,
-            entries: BTreeMap::new(),
+            entries: Entries::new(),
         };
-        match self.tree.lock().insert(parent.0, name, attr, content) {
-            Ok(attr) => reply.entry(&self.options.ttl, &attr, Generation(0)),
+        match self.insert(parent.0, name, attr, content) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.lock().remove(parent.0, name, false) {
+        match self.remove(parent.0, name, false) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.lock().remove(parent.0, name, true) {
+        match self.remove(parent.0, name, true) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -368,51 +557,29 @@ impl fuser::Filesystem for NoopFs {
             // The workloads never ask for NOREPLACE/EXCHANGE.
             return reply.error(Errno::EINVAL);
         }
-        let mut tree = self.tree.lock();
-        let ino = match tree.child(parent.0, name) {
-            Ok(ino) => ino,
-            Err(e) => return reply.error(e),
-        };
-        if let Ok(target) = tree.child(newparent.0, newname) {
-            if target == ino {
-                return reply.ok();
+        let result = (|| {
+            let _tree = self.tree_lock.lock();
+            let (ino, kind) = self.child(parent.0, name)?;
+            if let Ok((target, tkind)) = self.child(newparent.0, newname) {
+                if target == ino {
+                    return Ok(());
+                }
+                self.remove(newparent.0, newname, tkind == FileType::Directory)?;
+                return self.move_entry(parent.0, name, newparent.0, newname, ino, kind);
             }
-            let want_dir = matches!(tree.nodes[&target].content, Content::Dir { .. });
-            if let Err(e) = tree.remove(newparent.0, newname, want_dir) {
-                return reply.error(e);
-            }
+            self.move_entry(parent.0, name, newparent.0, newname, ino, kind)
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        let moved_dir = matches!(tree.nodes[&ino].content, Content::Dir { .. });
-        let inserted = tree
-            .entries_mut(newparent.0)
-            .map(|e| e.insert(newname.to_owned(), ino));
-        if let Err(e) = inserted {
-            return reply.error(e);
-        }
-        if let Ok(entries) = tree.entries_mut(parent.0) {
-            entries.remove(name);
-        }
-        if moved_dir && parent != newparent {
-            if let Some(Content::Dir { parent: p, .. }) =
-                tree.nodes.get_mut(&ino).map(|n| &mut n.content)
-            {
-                *p = newparent.0;
-            }
-            if let Some(n) = tree.nodes.get_mut(&parent.0) {
-                n.attr.nlink -= 1;
-            }
-            if let Some(n) = tree.nodes.get_mut(&newparent.0) {
-                n.attr.nlink += 1;
-            }
-        }
-        reply.ok();
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.tree.lock().nodes.get(&ino.0).map(|n| &n.content) {
-            Some(Content::File(_)) => reply.opened(FileHandle(0), self.open_flags()),
-            Some(Content::Dir { .. }) => reply.error(Errno::EISDIR),
-            None => reply.error(Errno::ENOENT),
+        match self.attr(ino.0).map(|a| a.kind) {
+            Ok(FileType::Directory) => reply.error(Errno::EISDIR),
+            Ok(_) => reply.opened(FileHandle(0), Self::open_flags()),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -426,23 +593,14 @@ impl fuser::Filesystem for NoopFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let attr = new_attr(
-            0,
-            FileType::RegularFile,
-            (mode & !umask & 0o7777) as u16,
-            req,
-        );
-        match self
-            .tree
-            .lock()
-            .insert(parent.0, name, attr, Content::File(Vec::new()))
-        {
+        let attr = new_attr(FileType::RegularFile, (mode & !umask & 0o7777) as u16, req);
+        match self.insert(parent.0, name, attr, Content::File(Vec::new())) {
             Ok(attr) => reply.created(
-                &self.options.ttl,
+                &TTL,
                 &attr,
                 Generation(0),
                 FileHandle(0),
-                self.open_flags(),
+                Self::open_flags(),
             ),
             Err(e) => reply.error(e),
         }
@@ -459,17 +617,20 @@ impl fuser::Filesystem for NoopFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let tree = self.tree.lock();
-        match tree.nodes.get(&ino.0).map(|n| &n.content) {
+        let result = match self.shard(ino.0).get(&ino.0).map(|n| &n.content) {
             Some(Content::File(data)) => {
                 let start = usize::try_from(offset)
                     .unwrap_or(usize::MAX)
                     .min(data.len());
                 let end = start.saturating_add(size as usize).min(data.len());
-                reply.data(&data[start..end]);
+                Ok(data[start..end].to_vec())
             }
-            Some(Content::Dir { .. }) => reply.error(Errno::EISDIR),
-            None => reply.error(Errno::ENOENT),
+            Some(Content::Dir { .. }) => Err(Errno::EISDIR),
+            None => Err(Errno::ENOENT),
+        };
+        match result {
+            Ok(bytes) => reply.data(&bytes),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -485,28 +646,38 @@ impl fuser::Filesystem for NoopFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let mut tree = self.tree.lock();
-        let Some(node) = tree.nodes.get_mut(&ino.0) else {
-            return reply.error(Errno::ENOENT);
+        let result = {
+            let mut shard = self.shard(ino.0);
+            match shard.get_mut(&ino.0) {
+                None => Err(Errno::ENOENT),
+                Some(Node {
+                    content: Content::Dir { .. },
+                    ..
+                }) => Err(Errno::EISDIR),
+                Some(Node {
+                    attr,
+                    content: Content::File(bytes),
+                }) => match usize::try_from(offset)
+                    .ok()
+                    .and_then(|o| o.checked_add(data.len()))
+                {
+                    None => Err(Errno::EFBIG),
+                    Some(end) => {
+                        if bytes.len() < end {
+                            bytes.resize(end, 0);
+                        }
+                        bytes[end - data.len()..end].copy_from_slice(data);
+                        set_size(attr, bytes.len() as u64);
+                        touch(attr);
+                        Ok(data.len() as u32)
+                    }
+                },
+            }
         };
-        let Content::File(bytes) = &mut node.content else {
-            return reply.error(Errno::EISDIR);
-        };
-        let Some(end) = usize::try_from(offset)
-            .ok()
-            .and_then(|o| o.checked_add(data.len()))
-        else {
-            return reply.error(Errno::EFBIG);
-        };
-        if bytes.len() < end {
-            bytes.resize(end, 0);
+        match result {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
         }
-        bytes[end - data.len()..end].copy_from_slice(data);
-        let len = bytes.len() as u64;
-        set_size(&mut node.attr, len);
-        node.attr.mtime = SystemTime::now();
-        node.attr.ctime = node.attr.mtime;
-        reply.written(data.len() as u32);
     }
 
     fn flush(
@@ -517,11 +688,8 @@ impl fuser::Filesystem for NoopFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        if self.options.flush_enosys {
-            reply.error(Errno::ENOSYS);
-        } else {
-            reply.ok();
-        }
+        // ptsd-fs's answer: nothing to do at close; the kernel stops asking.
+        reply.error(Errno::ENOSYS);
     }
 
     fn fsync(
@@ -536,10 +704,10 @@ impl fuser::Filesystem for NoopFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.tree.lock().nodes.get(&ino.0).map(|n| &n.content) {
-            Some(Content::Dir { .. }) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Some(Content::File(_)) => reply.error(Errno::ENOTDIR),
-            None => reply.error(Errno::ENOENT),
+        match self.attr(ino.0).map(|a| a.kind) {
+            Ok(FileType::Directory) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -551,29 +719,41 @@ impl fuser::Filesystem for NoopFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let tree = self.tree.lock();
-        let Some(Content::Dir { parent, entries }) = tree.nodes.get(&ino.0).map(|n| &n.content)
-        else {
-            return reply.error(Errno::ENOTDIR);
-        };
-        let dots = [
-            (ino.0, FileType::Directory, OsStr::new(".")),
-            (*parent, FileType::Directory, OsStr::new("..")),
-        ];
-        let children = entries
-            .iter()
-            .map(|(name, &child)| (child, tree.nodes[&child].attr.kind, name.as_os_str()));
-        for (i, (child, kind, name)) in dots
-            .into_iter()
-            .chain(children)
-            .enumerate()
-            .skip(offset as usize)
-        {
-            if reply.add(INodeNo(child), i as u64 + 1, kind, name) {
-                break;
+        match self.list(ino.0, offset, 512) {
+            Ok(entries) => {
+                for (child, kind, name, next) in &entries {
+                    if reply.add(INodeNo(*child), *next, *kind, name) {
+                        break;
+                    }
+                }
+                reply.ok();
             }
+            Err(e) => reply.error(e),
         }
-        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.list(ino.0, offset, 256) {
+            Ok(entries) => {
+                for (child, _, name, next) in &entries {
+                    let Ok(attr) = self.attr(*child) else {
+                        continue;
+                    };
+                    if reply.add(INodeNo(*child), *next, name, &TTL, &attr, Generation(0)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
     fn fsyncdir(
@@ -588,7 +768,7 @@ impl fuser::Filesystem for NoopFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let files = self.tree.lock().nodes.len() as u64;
+        let files = self.nodes.load(Ordering::Relaxed);
         // Reports a large, mostly free device so df and space checks pass.
         reply.statfs(
             1 << 30,
@@ -601,6 +781,90 @@ impl fuser::Filesystem for NoopFs {
             4096,
         );
     }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        // No xattrs here; ptsd-fs answers a file without them the same way
+        // (the kernel asks for security.capability before writes unless
+        // KILLPRIV_V2 marked the inode S_NOSEC).
+        match self.attr(ino.0) {
+            Ok(_) => reply.error(Errno::ENODATA),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.attr(ino.0) {
+            Ok(_) if size == 0 => reply.size(0),
+            Ok(_) => reply.data(&[]),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // As ptsd-fs: the kernel checks permissions (default_permissions);
+        // this says whether the inode exists.
+        match self.attr(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+impl NoopFs {
+    /// Moves the entry `name` of `parent` (inode `ino`) to `newname` in
+    /// `newparent` (which has no such name now).
+    fn move_entry(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        ino: u64,
+        kind: FileType,
+    ) -> std::result::Result<(), Errno> {
+        let is_dir = kind == FileType::Directory;
+        {
+            let mut shard = self.shard(newparent);
+            match shard.get_mut(&newparent) {
+                Some(Node {
+                    attr,
+                    content: Content::Dir { entries, .. },
+                }) => {
+                    entries.insert(newname.to_owned(), (ino, kind));
+                    touch(attr);
+                    if is_dir && parent != newparent {
+                        attr.nlink += 1;
+                    }
+                }
+                Some(_) => return Err(Errno::ENOTDIR),
+                None => return Err(Errno::ENOENT),
+            }
+        }
+        {
+            let mut shard = self.shard(parent);
+            if let Some(Node {
+                attr,
+                content: Content::Dir { entries, .. },
+            }) = shard.get_mut(&parent)
+            {
+                entries.remove(name);
+                touch(attr);
+                if is_dir && parent != newparent {
+                    attr.nlink -= 1;
+                }
+            }
+        }
+        if is_dir && parent != newparent {
+            if let Some(Node {
+                content: Content::Dir { parent: p, .. },
+                ..
+            }) = self.shard(ino).get_mut(&ino)
+            {
+                *p = newparent;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A mounted [`NoopFs`]; dropping it unmounts.
@@ -610,17 +874,32 @@ pub struct NoopMount {
 }
 
 fn mount_config(options: &NoopOptions) -> Config {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("ptsd-bench-noop".into()),
-        MountOption::Subtype("noop".into()),
-    ];
-    if options.default_permissions {
-        config.mount_options.push(MountOption::DefaultPermissions);
+    let mut config = ptsd_mount_config(&MountOpts {
+        threads: options.threads,
+        fsname: "ptsd-bench-noop".into(),
+        ..MountOpts::default()
+    });
+    // Same options as ptsd-fs but the subtype, so the two are told apart.
+    for o in &mut config.mount_options {
+        if let MountOption::Subtype(s) = o {
+            *s = "noop".into();
+        }
     }
-    config.n_threads = Some(options.threads);
-    config.clone_fd = true;
     config
+}
+
+fn check(options: &NoopOptions) -> Result<Option<Arc<OpCounts>>> {
+    if options.threads == 0 {
+        return Err(FsBenchError::Config(
+            "the no-op FUSE fs needs at least one thread".into(),
+        ));
+    }
+    options
+        .op_counts
+        .as_deref()
+        .map(OpCounts::create)
+        .transpose()
+        .map_err(|e| FsBenchError::Config(e.to_string()))
 }
 
 /// Serves a fresh [`NoopFs`] on `dir` in this process until it is
@@ -628,13 +907,10 @@ fn mount_config(options: &NoopOptions) -> Config {
 /// like any real FUSE file system (`ptsd bench noop-mount`, which the
 /// `noop` target of `ptsd bench fs` spawns).
 pub fn serve(dir: &Path, options: NoopOptions) -> Result<()> {
-    if options.threads == 0 {
-        return Err(FsBenchError::Config(
-            "the no-op FUSE fs needs at least one thread".into(),
-        ));
-    }
+    let counts = check(&options)?;
     let config = mount_config(&options);
-    fuser::mount(NoopFs::new(options), dir, &config).map_err(|e| FsBenchError::Mount {
+    let fs = Counted::new(NoopFs::new(options), counts);
+    fuser::mount(fs, dir, &config).map_err(|e| FsBenchError::Mount {
         path: dir.to_path_buf(),
         detail: format!("serving the no-op fs: {e}"),
     })
@@ -644,17 +920,12 @@ impl NoopMount {
     /// Mounts a fresh [`NoopFs`] on `dir` (an existing empty directory).
     /// Needs root (fuser mounts with mount(2), no fusermount) and /dev/fuse.
     pub fn mount(dir: &Path, options: NoopOptions) -> Result<Self> {
-        if options.threads == 0 {
-            return Err(FsBenchError::Config(
-                "the no-op FUSE fs needs at least one thread".into(),
-            ));
-        }
+        let counts = check(&options)?;
         let config = mount_config(&options);
-        let session = fuser::spawn_mount(NoopFs::new(options), dir, &config).map_err(|e| {
-            FsBenchError::Mount {
-                path: dir.to_path_buf(),
-                detail: format!("fuse mount of the no-op fs failed: {e}"),
-            }
+        let fs = Counted::new(NoopFs::new(options), counts);
+        let session = fuser::spawn_mount(fs, dir, &config).map_err(|e| FsBenchError::Mount {
+            path: dir.to_path_buf(),
+            detail: format!("fuse mount of the no-op fs failed: {e}"),
         })?;
         Ok(NoopMount {
             session: Some(session),

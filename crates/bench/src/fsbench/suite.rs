@@ -1,36 +1,112 @@
-//! Runs both workloads on each target and renders the comparison.
+//! Runs both workloads on each target, in rounds, and collects what each
+//! run measured; [`report`](super::report) turns the runs into the table.
+//!
+//! A round runs every target once, in an order rotated by one each round,
+//! so no target always runs first (on a cold machine) or last (after the
+//! others' writeback). For each target: set up (format, mount), then for
+//! each workload `sync`, a settle pause, counters read, the timed run,
+//! counters read again; then tear down.
 
 use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use super::devstat::FlushCounter;
 use super::noopfs::{NoopMount, NoopOptions};
-use super::target::{Ext4Loop, SpawnedMount};
+use super::target::{Ext4Loop, Ext4Setup, SpawnedMount};
 use super::{
-    run_tokubench, run_varmail, FsBenchError, Result, TokubenchConfig, TokubenchResult,
+    run_tokubench_observed, run_varmail_observed, Phase, Result, TokubenchConfig, TokubenchResult,
     VarmailConfig, VarmailResult,
 };
 
-/// Name of the ptsd target in reports; ratios are taken against it.
+/// ptsd, its journal on /dev/shm (process-crash class).
 pub const PTSD: &str = "ptsd";
-/// Name of the ext4-on-loop target.
+/// ptsd, its journal a disk file in msync mode (power-loss class).
+pub const PTSD_DURABLE: &str = "ptsd-durable";
+/// ext4 on a loop over a disk image (power-loss class).
 pub const EXT4: &str = "ext4";
-/// Name of the reference row: a directory on the host's own file system.
+/// ext4 on a loop over a /dev/shm image (process-crash class).
+pub const EXT4_SHM: &str = "ext4-shm";
+/// ext4 `data=journal`, external journal on a /dev/shm loop, data on a
+/// disk image: the kernel's version of ptsd's design (process-crash class).
+pub const EXT4_RAMJOURNAL: &str = "ext4-ramjournal";
+/// A directory on the host's own file system (power-loss class).
 pub const HOST: &str = "host-fs";
-/// Name of the no-op FUSE target.
+/// The no-op FUSE fs: the ceiling.
 pub const NOOP: &str = "noop-fuse";
 
-/// Target: varmail-like ops/s on ptsd at least this many times ext4's.
-pub const VARMAIL_TARGET_VS_EXT4: f64 = 1.3;
-/// Target: tokubench-like files/s on ptsd at least this share of the no-op FUSE fs's.
-pub const TOKUBENCH_TARGET_VS_NOOP: f64 = 0.9;
+/// What an acknowledged fsync survives: only targets of one class are
+/// compared with each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// fsync ends in RAM (tmpfs, the kernel's memory): survives a crash of
+    /// the process, not a power cut or a kernel crash.
+    ProcessCrash,
+    /// fsync reaches a device cache flush: survives a power cut.
+    PowerLoss,
+    /// Keeps nothing: the no-op ceiling.
+    None,
+    /// Not declared (a `--dir` target): compared with nothing.
+    Unknown,
+}
+
+impl Durability {
+    /// Short label for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Durability::ProcessCrash => "process-crash",
+            Durability::PowerLoss => "power-loss",
+            Durability::None => "none",
+            Durability::Unknown => "unknown",
+        }
+    }
+
+    /// What the class means.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Durability::ProcessCrash => {
+                "fsync ends in RAM (tmpfs, kernel memory): survives a process crash, not a power cut"
+            }
+            Durability::PowerLoss => "fsync reaches a device cache flush: survives a power cut",
+            Durability::None => "keeps nothing (no-op): a ceiling, not an anchor",
+            Durability::Unknown => "not declared: compared with nothing",
+        }
+    }
+
+    /// Parses a label (as printed by [`label`](Self::label)).
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Durability::ProcessCrash,
+            Durability::PowerLoss,
+            Durability::None,
+            Durability::Unknown,
+        ]
+        .into_iter()
+        .find(|d| d.label() == s)
+    }
+}
+
+/// What a target is in the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Measured against the anchors of its class (and the ceiling if FUSE).
+    Subject,
+    /// A kernel file system of a class: what subjects of that class are
+    /// compared with.
+    Anchor,
+    /// The FUSE ceiling: what no FUSE file system should beat.
+    Ceiling,
+    /// Shown, compared with nothing.
+    Reference,
+}
 
 /// A daemon to spawn that mounts FUSE on `mountpoint` (e.g. `ptsd mount`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct SpawnSpec {
     /// The program (e.g. the ptsd binary).
     pub program: PathBuf,
@@ -42,42 +118,52 @@ pub struct SpawnSpec {
     pub timeout: Duration,
 }
 
-/// One file system to measure.
+/// How a target is set up.
 #[derive(Clone, Debug)]
-pub enum TargetSpec {
-    /// A directory that is already there (any file system, e.g. a ptsd
-    /// mount started by hand).
-    Dir {
-        /// Row label.
-        name: String,
-        /// The directory.
-        path: PathBuf,
-    },
-    /// ext4 on a loop device over an image of `size` bytes in `image_dir`.
-    Ext4Loop {
-        /// Where the image file goes (put it on the same disk as the ptsd data).
-        image_dir: PathBuf,
-        /// Image size in bytes.
-        size: u64,
-    },
-    /// The bench crate's own no-op FUSE file system.
+pub enum Setup {
+    /// A directory that is already there (any file system).
+    Dir(PathBuf),
+    /// ext4 on loop devices (images kept across rounds, reformatted each).
+    Ext4(Ext4Setup),
+    /// The bench crate's no-op FUSE fs, served by this process.
     Noop(NoopOptions),
     /// A spawned FUSE daemon.
-    Spawned {
-        /// Row label.
-        name: String,
-        /// What to run.
-        spec: SpawnSpec,
-    },
+    Spawned(SpawnSpec),
+}
+
+/// One file system to measure.
+#[derive(Clone, Debug)]
+pub struct TargetSpec {
+    /// Row label.
+    pub name: String,
+    /// What its fsync survives.
+    pub durability: Durability,
+    /// Its part in the comparison.
+    pub role: Role,
+    /// Served by a FUSE daemon (compared with the FUSE ceiling).
+    pub fuse: bool,
+    /// The daemon counts its requests per opcode into this file
+    /// ([`ptsd_fs::opcount`]).
+    pub op_counts: Option<PathBuf>,
+    /// How to set it up.
+    pub setup: Setup,
 }
 
 impl TargetSpec {
-    /// The row label of this target.
-    pub fn name(&self) -> &str {
-        match self {
-            TargetSpec::Dir { name, .. } | TargetSpec::Spawned { name, .. } => name,
-            TargetSpec::Ext4Loop { .. } => EXT4,
-            TargetSpec::Noop(_) => NOOP,
+    /// A directory that is already there, compared with nothing unless a
+    /// class is given.
+    pub fn dir(name: &str, path: PathBuf, durability: Durability) -> Self {
+        TargetSpec {
+            name: name.into(),
+            durability,
+            role: if durability == Durability::Unknown {
+                Role::Reference
+            } else {
+                Role::Subject
+            },
+            fuse: false,
+            op_counts: None,
+            setup: Setup::Dir(path),
         }
     }
 }
@@ -100,6 +186,13 @@ impl Mounted {
         }
     }
 
+    fn loop_devices(&self) -> &[String] {
+        match self {
+            Mounted::Ext4(m) => m.devices(),
+            _ => &[],
+        }
+    }
+
     fn teardown(self) -> Result<()> {
         match self {
             Mounted::Dir(_) => Ok(()),
@@ -110,59 +203,80 @@ impl Mounted {
     }
 }
 
+/// This process's nice value.
+pub fn current_nice() -> i32 {
+    // SAFETY: getpriority has no memory arguments; errno is cleared first
+    // because -1 is also a valid result.
+    unsafe {
+        *libc::__errno_location() = 0;
+        libc::getpriority(libc::PRIO_PROCESS, 0)
+    }
+}
+
 fn set_up(spec: &TargetSpec, scratch: &Path) -> Result<(Mounted, String)> {
-    Ok(match spec {
-        TargetSpec::Dir { path, .. } => (
+    Ok(match &spec.setup {
+        Setup::Dir(path) => (
             Mounted::Dir(path.clone()),
             format!("directory {}", path.display()),
         ),
-        TargetSpec::Ext4Loop { image_dir, size } => {
-            let image = image_dir.join(format!("ptsd-bench-ext4-{}.img", std::process::id()));
-            let m = Ext4Loop::create(&image, *size, &scratch.join("ext4"))?;
-            let what = format!(
-                "ext4 on {} over {} ({} MiB)",
-                m.device().unwrap_or("?"),
-                image.display(),
-                size >> 20
-            );
+        Setup::Ext4(setup) => {
+            let m = Ext4Loop::create(setup, &scratch.join(&spec.name))?;
+            let what = match &setup.journal {
+                None => format!(
+                    "ext4 on {} over {} ({} MiB)",
+                    m.devices().join(", "),
+                    setup.image.display(),
+                    setup.size >> 20
+                ),
+                Some((j, jsize)) => format!(
+                    "ext4 data=journal on {} over {} ({} MiB), external journal over {} ({} MiB)",
+                    m.devices().join(" + "),
+                    setup.image.display(),
+                    setup.size >> 20,
+                    j.display(),
+                    jsize >> 20
+                ),
+            };
             (Mounted::Ext4(m), what)
         }
-        TargetSpec::Noop(options) => {
-            let dir = scratch.join("noop");
+        Setup::Noop(options) => {
+            let dir = scratch.join(&spec.name);
             std::fs::create_dir_all(&dir).map_err(super::error::io_err("mkdir", &dir))?;
             let what = format!(
-                "no-op in-memory fuser fs in this process, {} threads, ttl {:?}, keep cache {}, writeback cache {}, default_permissions {}",
-                options.threads,
-                options.ttl,
-                options.keep_cache,
-                options.writeback_cache,
-                options.default_permissions
+                "no-op in-memory fuser fs in this process, {} threads, writeback cache {}",
+                options.threads, options.writeback_cache
             );
-            (
-                Mounted::Noop(NoopMount::mount(&dir, options.clone())?),
-                what,
-            )
+            let options = NoopOptions {
+                op_counts: spec.op_counts.clone(),
+                ..options.clone()
+            };
+            (Mounted::Noop(NoopMount::mount(&dir, options)?), what)
         }
-        TargetSpec::Spawned { spec, .. } => {
-            std::fs::create_dir_all(&spec.mountpoint)
-                .map_err(super::error::io_err("mkdir", &spec.mountpoint))?;
-            let mut cmd = Command::new(&spec.program);
-            cmd.args(&spec.args);
+        Setup::Spawned(s) => {
+            std::fs::create_dir_all(&s.mountpoint)
+                .map_err(super::error::io_err("mkdir", &s.mountpoint))?;
+            // Every target gets the scheduling priority of the kernel's own
+            // threads (jbd2, loop workers, flushers: nice 0): if the bench
+            // runs niced, its daemons are put back to 0.
+            let nice = current_nice();
+            let mut cmd = if nice != 0 {
+                let mut c = Command::new("nice");
+                c.arg("-n").arg((-nice).to_string()).arg(&s.program);
+                c
+            } else {
+                Command::new(&s.program)
+            };
+            cmd.args(&s.args);
             let line = format!("{cmd:?}").replace('"', "");
             (
-                Mounted::Spawned(SpawnedMount::start(
-                    cmd,
-                    &spec.mountpoint,
-                    spec.timeout,
-                    None,
-                )?),
+                Mounted::Spawned(SpawnedMount::start(cmd, &s.mountpoint, s.timeout, None)?),
                 line,
             )
         }
     })
 }
 
-/// Both workloads' parameters and where scratch mounts go.
+/// Both workloads' parameters and the rounds.
 #[derive(Clone, Debug, Serialize)]
 pub struct SuiteConfig {
     /// The varmail-like run on every target.
@@ -173,49 +287,188 @@ pub struct SuiteConfig {
     pub skip_varmail: bool,
     /// Skip the tokubench-like workload.
     pub skip_tokubench: bool,
+    /// Rounds (every target once per round).
+    pub rounds: usize,
+    /// Pause after `sync`, right before each timed run.
+    pub settle: Duration,
+    /// The disk whose flushes every fsync is charged with (the one under
+    /// the work directory); None if there is no such block device.
+    pub disk: Option<FlushCounter>,
 }
 
-/// One target's results (or why it has none).
+/// Device flushes and FUSE requests during one timed run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    /// Flushes completed by the disk under test.
+    pub disk_flushes: Option<u64>,
+    /// Flushes completed by the target's own loop devices, by name.
+    pub loop_flushes: Vec<(String, u64)>,
+    /// Requests the FUSE daemon received, per opcode (nonzero only).
+    pub requests: Vec<(String, u64)>,
+}
+
+/// One workload run on one target in one round.
 #[derive(Clone, Debug, Serialize)]
-pub struct TargetReport {
+pub struct WorkloadRun<T> {
+    /// What the workload measured.
+    pub result: T,
+    /// Flushes and requests during it.
+    pub counters: Counters,
+}
+
+/// One target in one round.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetRun {
+    /// Round (0-based).
+    pub round: usize,
+    /// Position in the round's order (0-based).
+    pub position: usize,
     /// Row label.
     pub name: String,
     /// What was mounted, or the command run.
     pub description: String,
-    /// The varmail-like result.
-    pub varmail: Option<VarmailResult>,
-    /// The tokubench-like result.
-    pub tokubench: Option<TokubenchResult>,
+    /// The varmail-like run.
+    pub varmail: Option<WorkloadRun<VarmailResult>>,
+    /// The tokubench-like run.
+    pub tokubench: Option<WorkloadRun<TokubenchResult>>,
     /// Errors met (setup, a workload, teardown).
     pub errors: Vec<String>,
 }
 
-/// A ratio between two targets and the bar it should clear.
+/// A target as the report shows it.
 #[derive(Clone, Debug, Serialize)]
-pub struct Ratio {
-    /// e.g. `varmail ops/s ptsd/ext4`.
-    pub what: String,
-    /// The ratio.
-    pub value: f64,
-    /// The target it must reach, if there is one.
-    pub target: Option<f64>,
+pub struct TargetInfo {
+    /// Row label.
+    pub name: String,
+    /// What its fsync survives.
+    pub durability: Durability,
+    /// Its part in the comparison.
+    pub role: Role,
+    /// Served by FUSE.
+    pub fuse: bool,
 }
 
-/// Everything one `ptsd bench fs` measured.
+/// Counter readings at one moment.
+struct Snapshot {
+    disk: Option<u64>,
+    loops: Vec<(String, Option<u64>)>,
+    requests: Option<Vec<u64>>,
+}
+
+fn snapshot(cfg: &SuiteConfig, loops: &[FlushCounter], op_counts: Option<&Path>) -> Snapshot {
+    Snapshot {
+        disk: cfg.disk.as_ref().and_then(FlushCounter::read),
+        loops: loops.iter().map(|l| (l.name.clone(), l.read())).collect(),
+        requests: op_counts.and_then(|p| ptsd_fs::opcount::read_counts(p).ok()),
+    }
+}
+
+fn counters(a: &Snapshot, b: &Snapshot) -> Counters {
+    Counters {
+        disk_flushes: a.disk.zip(b.disk).map(|(a, b)| b.saturating_sub(a)),
+        loop_flushes: a
+            .loops
+            .iter()
+            .zip(&b.loops)
+            .filter_map(|((n, a), (_, b))| Some((n.clone(), (*b)?.saturating_sub((*a)?))))
+            .collect(),
+        requests: match (&a.requests, &b.requests) {
+            (Some(a), Some(b)) => ptsd_fs::opcount::OP_NAMES
+                .iter()
+                .zip(a.iter().zip(b))
+                .map(|(n, (a, b))| (n.to_string(), b.saturating_sub(*a)))
+                .filter(|(_, d)| *d > 0)
+                .collect(),
+            _ => Vec::new(),
+        },
+    }
+}
+
+/// Syncs, settles, reads the counters at [`Phase::Start`]; reads them again
+/// at [`Phase::End`].
+fn observer<'a>(
+    cfg: &'a SuiteConfig,
+    loops: &'a [FlushCounter],
+    op_counts: Option<&'a Path>,
+    out: &'a mut Option<Counters>,
+) -> impl FnMut(Phase) + 'a {
+    let mut start = None;
+    move |phase| match phase {
+        Phase::Start => {
+            // SAFETY: sync(2) has no preconditions.
+            unsafe { libc::sync() };
+            std::thread::sleep(cfg.settle);
+            start = Some(snapshot(cfg, loops, op_counts));
+        }
+        Phase::End => {
+            if let Some(s) = &start {
+                *out = Some(counters(s, &snapshot(cfg, loops, op_counts)));
+            }
+        }
+    }
+}
+
+/// Runs both workloads on one set-up target.
+fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &mut TargetRun) {
+    let loops: Vec<FlushCounter> = mounted
+        .loop_devices()
+        .iter()
+        .filter_map(|d| FlushCounter::device(d))
+        .collect();
+    let counts = spec.op_counts.as_deref();
+    if !cfg.skip_varmail {
+        let mut c = None;
+        let r = run_varmail_observed(
+            mounted.dir(),
+            &cfg.varmail,
+            &mut observer(cfg, &loops, counts, &mut c),
+        );
+        match r {
+            Ok(result) => {
+                run.varmail = Some(WorkloadRun {
+                    result,
+                    counters: c.unwrap_or_default(),
+                })
+            }
+            Err(e) => run.errors.push(format!("varmail: {e}")),
+        }
+    }
+    if !cfg.skip_tokubench {
+        let mut c = None;
+        let r = run_tokubench_observed(
+            mounted.dir(),
+            &cfg.tokubench,
+            &mut observer(cfg, &loops, counts, &mut c),
+        );
+        match r {
+            Ok(result) => {
+                run.tokubench = Some(WorkloadRun {
+                    result,
+                    counters: c.unwrap_or_default(),
+                })
+            }
+            Err(e) => run.errors.push(format!("tokubench: {e}")),
+        }
+    }
+}
+
+/// The order of round `round`: the targets rotated left by `round`.
+pub fn round_order(n: usize, round: usize) -> Vec<usize> {
+    (0..n).map(|i| (i + round) % n.max(1)).collect()
+}
+
+/// Everything one suite run measured.
 #[derive(Clone, Debug, Serialize)]
-pub struct SuiteReport {
-    /// Parameters.
-    pub config: SuiteConfig,
-    /// One entry per target, in the order run.
-    pub targets: Vec<TargetReport>,
-    /// ptsd against ext4 and against the no-op FUSE fs.
-    pub ratios: Vec<Ratio>,
-    /// CPUs online and /proc/loadavg before and after: other work on the
-    /// machine moves every figure, so the report says how busy it was.
+pub struct SuiteRuns {
+    /// The targets, in the order given.
+    pub targets: Vec<TargetInfo>,
+    /// Every (round, target) run, in the order run.
+    pub runs: Vec<TargetRun>,
+    /// How busy the machine was.
     pub machine: MachineLoad,
 }
 
-/// How busy the machine was around the run.
+/// How busy the machine was around the run, and at what priority.
 #[derive(Clone, Debug, Serialize)]
 pub struct MachineLoad {
     /// CPUs online.
@@ -224,6 +477,12 @@ pub struct MachineLoad {
     pub loadavg_before: String,
     /// `/proc/loadavg` when it ended.
     pub loadavg_after: String,
+    /// The bench's nice value (its spawned daemons run at 0, as the
+    /// kernel's threads do).
+    pub nice: i32,
+    /// `/proc/self/autogroup` (an autogroup nice other than 0 is not
+    /// shared by kernel threads).
+    pub autogroup: String,
 }
 
 fn loadavg() -> String {
@@ -232,288 +491,140 @@ fn loadavg() -> String {
         .unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
-/// Sets up each target in turn, runs the workloads on it, tears it down.
-/// A target that fails is reported with its error; the others still run.
-/// `scratch` holds mount points (it must exist).
+/// Runs `cfg.rounds` rounds over `targets`. A target that fails is reported
+/// with its error; the others still run. `scratch` holds mount points (it
+/// must exist).
 pub fn run_suite(
     targets: &[TargetSpec],
     cfg: &SuiteConfig,
     scratch: &Path,
     mut progress: impl FnMut(&str),
-) -> SuiteReport {
+) -> SuiteRuns {
     let loadavg_before = loadavg();
-    let mut reports = Vec::new();
-    for spec in targets {
-        let name = spec.name().to_string();
-        // Start every target with nothing left to write back from the one
-        // before (ext4's image, host-fs's files): otherwise the kernel's
-        // flusher competes with whichever target comes next.
-        // SAFETY: sync(2) has no preconditions.
-        unsafe { libc::sync() };
-        progress(&format!("[{name}] setting up"));
-        let mut report = TargetReport {
-            name: name.clone(),
-            description: String::new(),
-            varmail: None,
-            tokubench: None,
-            errors: Vec::new(),
-        };
-        match set_up(spec, scratch) {
-            Err(e) => report.errors.push(format!("setup: {e}")),
-            Ok((mounted, description)) => {
-                report.description = description;
-                progress(&format!("[{name}] {}", report.description));
-                if !cfg.skip_varmail {
-                    progress(&format!("[{name}] varmail-like"));
-                    match run_varmail(mounted.dir(), &cfg.varmail) {
-                        Ok(r) => report.varmail = Some(r),
-                        Err(e) => report.errors.push(format!("varmail: {e}")),
+    let mut runs = Vec::new();
+    for round in 0..cfg.rounds.max(1) {
+        for (position, i) in round_order(targets.len(), round).into_iter().enumerate() {
+            let spec = &targets[i];
+            let name = spec.name.clone();
+            progress(&format!(
+                "[round {}/{} {name}] setting up",
+                round + 1,
+                cfg.rounds
+            ));
+            let mut run = TargetRun {
+                round,
+                position,
+                name: name.clone(),
+                description: String::new(),
+                varmail: None,
+                tokubench: None,
+                errors: Vec::new(),
+            };
+            match set_up(spec, scratch) {
+                Err(e) => run.errors.push(format!("setup: {e}")),
+                Ok((mounted, description)) => {
+                    run.description = description;
+                    progress(&format!("[round {} {name}] {}", round + 1, run.description));
+                    run_workloads(spec, &mounted, cfg, &mut run);
+                    if let Err(e) = mounted.teardown() {
+                        run.errors.push(format!("teardown: {e}"));
                     }
-                }
-                if !cfg.skip_tokubench {
-                    progress(&format!("[{name}] tokubench-like"));
-                    match run_tokubench(mounted.dir(), &cfg.tokubench) {
-                        Ok(r) => report.tokubench = Some(r),
-                        Err(e) => report.errors.push(format!("tokubench: {e}")),
-                    }
-                }
-                if let Err(e) = mounted.teardown() {
-                    report.errors.push(format!("teardown: {e}"));
                 }
             }
+            if let Some(v) = &run.varmail {
+                progress(&format!(
+                    "[round {} {name}] varmail {:.0} ops/s, fsync p50 {:.0} us",
+                    round + 1,
+                    v.result.ops_per_sec,
+                    v.result.fsync.p50_us
+                ));
+            }
+            if let Some(t) = &run.tokubench {
+                progress(&format!(
+                    "[round {} {name}] tokubench {:.0} files/s",
+                    round + 1,
+                    t.result.files_per_sec
+                ));
+            }
+            for e in &run.errors {
+                progress(&format!("[round {} {name}] error: {e}", round + 1));
+            }
+            runs.push(run);
         }
-        for e in &report.errors {
-            progress(&format!("[{name}] error: {e}"));
-        }
-        reports.push(report);
     }
-    let ratios = ratios(&reports);
-    SuiteReport {
-        config: cfg.clone(),
-        targets: reports,
-        ratios,
+    SuiteRuns {
+        targets: targets
+            .iter()
+            .map(|t| TargetInfo {
+                name: t.name.clone(),
+                durability: t.durability,
+                role: t.role,
+                fuse: t.fuse,
+            })
+            .collect(),
+        runs,
         machine: MachineLoad {
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             loadavg_before,
             loadavg_after: loadavg(),
+            nice: current_nice(),
+            autogroup: std::fs::read_to_string("/proc/self/autogroup")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
         },
     }
 }
 
-/// Median of the values (mean of the middle two for an even count).
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// A target's `metric`: the median over its rows (a target listed several
-/// times, e.g. with `--rounds`, is measured several times and compared by
-/// its median, so one disturbed run does not decide).
-fn median_rate(
-    reports: &[TargetReport],
-    name: &str,
-    metric: impl Fn(&TargetReport) -> Option<f64>,
-) -> Option<f64> {
-    median(
-        reports
-            .iter()
-            .filter(|r| r.name == name)
-            .filter_map(metric)
-            .collect(),
-    )
-}
-
-/// A target's varmail-like ops/s (median over its rows).
-fn varmail_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
-    median_rate(reports, name, |r| r.varmail.as_ref().map(|v| v.ops_per_sec))
-}
-
-/// A target's tokubench-like files/s (median over its rows).
-fn toku_rate(reports: &[TargetReport], name: &str) -> Option<f64> {
-    median_rate(reports, name, |r| {
-        r.tokubench.as_ref().map(|t| t.files_per_sec)
-    })
-}
-
-fn ratios(reports: &[TargetReport]) -> Vec<Ratio> {
-    let mut out = Vec::new();
-    let mut push = |what: &str, a: Option<f64>, b: Option<f64>, target: Option<f64>| {
-        if let (Some(a), Some(b)) = (a, b) {
-            if b > 0.0 {
-                out.push(Ratio {
-                    what: what.into(),
-                    value: a / b,
-                    target,
-                });
-            }
-        }
-    };
-    push(
-        "varmail ops/s ptsd/ext4",
-        varmail_rate(reports, PTSD),
-        varmail_rate(reports, EXT4),
-        Some(VARMAIL_TARGET_VS_EXT4),
-    );
-    push(
-        "varmail ops/s ptsd/noop",
-        varmail_rate(reports, PTSD),
-        varmail_rate(reports, NOOP),
-        None,
-    );
-    push(
-        "varmail ops/s ptsd/host-fs",
-        varmail_rate(reports, PTSD),
-        varmail_rate(reports, HOST),
-        None,
-    );
-    push(
-        "varmail ops/s noop/ext4",
-        varmail_rate(reports, NOOP),
-        varmail_rate(reports, EXT4),
-        None,
-    );
-    push(
-        "tokubench files/s ptsd/noop",
-        toku_rate(reports, PTSD),
-        toku_rate(reports, NOOP),
-        Some(TOKUBENCH_TARGET_VS_NOOP),
-    );
-    push(
-        "tokubench files/s ptsd/ext4",
-        toku_rate(reports, PTSD),
-        toku_rate(reports, EXT4),
-        None,
-    );
-    push(
-        "tokubench files/s noop/ext4",
-        toku_rate(reports, NOOP),
-        toku_rate(reports, EXT4),
-        None,
-    );
-    out
-}
-
-fn ratio_cell(value: f64, base: Option<f64>) -> String {
-    match base {
-        Some(b) if b > 0.0 => format!("{:.2}x", value / b),
-        _ => "-".into(),
-    }
-}
-
-/// The report as a plain-text table.
-pub fn render_table(report: &SuiteReport) -> String {
-    let mut s = String::new();
-    let v = &report.config.varmail;
-    let t = &report.config.tokubench;
-    let _ = writeln!(
-        s,
-        "varmail-like: {} threads x {} files, appends 1..{} B, {:?}, {:?}, seed {}",
-        v.threads, v.files_per_thread, v.append_max, v.sync, v.bound, v.seed
-    );
-    let _ = writeln!(
-        s,
-        "tokubench-like: {} threads, {} B files, {} per dir, {:?}, syncfs at end: {}",
-        t.threads, t.file_size, t.files_per_dir, t.bound, t.sync_at_end
-    );
-    let m = &report.machine;
-    let _ = writeln!(
-        s,
-        "machine: {} CPUs, load average {} before, {} after",
-        m.cpus, m.loadavg_before, m.loadavg_after
-    );
-    let _ = writeln!(s);
-    let _ = writeln!(
-        s,
-        "{:<10} {:<10} {:>11} {:>10} {:>10} {:>10} {:>9} {:>9}",
-        "workload", "target", "ops/s", "fsync p50", "fsync p99", "ops", "vs ext4", "vs noop"
-    );
-    let reports = &report.targets;
-    let (ve, vn) = (varmail_rate(reports, EXT4), varmail_rate(reports, NOOP));
-    for r in reports {
-        match &r.varmail {
-            Some(m) => {
-                let _ = writeln!(
-                    s,
-                    "{:<10} {:<10} {:>11.0} {:>8.0}us {:>8.0}us {:>10} {:>9} {:>9}",
-                    "varmail",
-                    r.name,
-                    m.ops_per_sec,
-                    m.fsync.p50_us,
-                    m.fsync.p99_us,
-                    m.ops,
-                    ratio_cell(m.ops_per_sec, ve),
-                    ratio_cell(m.ops_per_sec, vn)
-                );
-            }
-            None if report.config.skip_varmail => {}
-            None => {
-                let _ = writeln!(s, "{:<10} {:<10} {:>11}", "varmail", r.name, "failed");
-            }
+    #[test]
+    fn rounds_rotate_the_order() {
+        assert_eq!(round_order(4, 0), vec![0, 1, 2, 3]);
+        assert_eq!(round_order(4, 1), vec![1, 2, 3, 0]);
+        assert_eq!(round_order(4, 5), vec![1, 2, 3, 0]);
+        // Over n rounds each target runs once in each position.
+        for pos in 0..3 {
+            let mut at: Vec<usize> = (0..3).map(|r| round_order(3, r)[pos]).collect();
+            at.sort();
+            assert_eq!(at, vec![0, 1, 2]);
         }
     }
-    let _ = writeln!(
-        s,
-        "{:<10} {:<10} {:>11} {:>10} {:>10} {:>10} {:>9} {:>9}",
-        "", "", "files/s", "w/ syncfs", "create p99", "files", "vs ext4", "vs noop"
-    );
-    let (te, tn) = (toku_rate(reports, EXT4), toku_rate(reports, NOOP));
-    for r in reports {
-        match &r.tokubench {
-            Some(m) => {
-                let _ = writeln!(
-                    s,
-                    "{:<10} {:<10} {:>11.0} {:>10.0} {:>8.0}us {:>10} {:>9} {:>9}",
-                    "tokubench",
-                    r.name,
-                    m.files_per_sec,
-                    m.files_per_sec_incl_sync,
-                    m.create.p99_us,
-                    m.files,
-                    ratio_cell(m.files_per_sec, te),
-                    ratio_cell(m.files_per_sec, tn)
-                );
-            }
-            None if report.config.skip_tokubench => {}
-            None => {
-                let _ = writeln!(s, "{:<10} {:<10} {:>11}", "tokubench", r.name, "failed");
-            }
+
+    #[test]
+    fn classes_round_trip_their_labels() {
+        for d in [
+            Durability::ProcessCrash,
+            Durability::PowerLoss,
+            Durability::None,
+            Durability::Unknown,
+        ] {
+            assert_eq!(Durability::parse(d.label()), Some(d));
         }
+        assert_eq!(Durability::parse("bogus"), None);
     }
-    if !report.ratios.is_empty() {
-        let _ = writeln!(s);
-    }
-    for r in &report.ratios {
-        let verdict = match r.target {
-            Some(t) if r.value >= t => format!("  (target >= {t}x: met)"),
-            Some(t) => format!("  (target >= {t}x: MISSED)"),
-            None => String::new(),
+
+    #[test]
+    fn counters_are_differences() {
+        let a = Snapshot {
+            disk: Some(10),
+            loops: vec![("loop0".into(), Some(5))],
+            requests: Some(vec![1; ptsd_fs::opcount::OPS]),
         };
-        let _ = writeln!(s, "{:<30} {:>6.2}x{verdict}", r.what, r.value);
-    }
-    for r in reports {
-        for e in &r.errors {
-            let _ = writeln!(s, "{}: {e}", r.name);
-        }
-    }
-    s
-}
-
-/// Fails with the first error any target met (for a non-zero exit status).
-pub fn first_error(report: &SuiteReport) -> Result<()> {
-    match report
-        .targets
-        .iter()
-        .find_map(|t| t.errors.first().map(|e| (t.name.clone(), e.clone())))
-    {
-        Some((target, detail)) => Err(FsBenchError::TargetFailed { target, detail }),
-        None => Ok(()),
+        let mut req = vec![1; ptsd_fs::opcount::OPS];
+        req[0] = 4;
+        let b = Snapshot {
+            disk: Some(13),
+            loops: vec![("loop0".into(), Some(9))],
+            requests: Some(req),
+        };
+        let c = counters(&a, &b);
+        assert_eq!(c.disk_flushes, Some(3));
+        assert_eq!(c.loop_flushes, vec![("loop0".to_string(), 4)]);
+        assert_eq!(
+            c.requests,
+            vec![(ptsd_fs::opcount::OP_NAMES[0].to_string(), 3)]
+        );
     }
 }

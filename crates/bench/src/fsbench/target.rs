@@ -74,67 +74,132 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// ext4 on a loop device over an image file: created, formatted and mounted
-/// by [`Ext4Loop::create`]; unmounted, detached and deleted on drop.
+/// Where an ext4 target's images go and how it is formatted and mounted.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Ext4Setup {
+    /// The data image (on the disk under test, or on /dev/shm).
+    pub image: PathBuf,
+    /// Its size in bytes (rounded up to 4 MiB).
+    pub size: u64,
+    /// An external journal: image (on /dev/shm for a RAM journal) and size.
+    /// The file system is then mounted `data=journal`: data and metadata
+    /// both go through the journal, as in ptsd.
+    pub journal: Option<(PathBuf, u64)>,
+}
+
+/// True if `path` is on a RAM file system (tmpfs/ramfs), where O_DIRECT
+/// does not apply and an fsync reaches no device.
+pub fn on_ram_fs(path: &Path) -> bool {
+    let dir = if path.is_dir() {
+        path
+    } else {
+        path.parent().unwrap_or(path)
+    };
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    // The longest mount point that is a prefix of `dir` holds it.
+    info.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mp = unescape_mountinfo(left.split(' ').nth(4)?);
+            let fstype = right.split(' ').next()?.to_string();
+            dir.starts_with(&mp).then_some((mp.len(), fstype))
+        })
+        .max_by_key(|(len, _)| *len)
+        .is_some_and(|(_, t)| t == "tmpfs" || t == "ramfs")
+}
+
+/// Writes `image` in full with zeros unless it already has `size` bytes
+/// (images are kept across rounds and only reformatted): the host file
+/// system then neither allocates nor converts unwritten extents during a
+/// run (either would add a host journal commit to a guest fsync), and a
+/// tmpfs image has all its pages.
+fn fill_image(image: &Path, size: u64) -> Result<()> {
+    const CHUNK: u64 = 4 << 20;
+    let blocks = size.div_ceil(CHUNK).max(1);
+    if std::fs::metadata(image).is_ok_and(|m| m.len() == blocks * CHUNK) {
+        return Ok(());
+    }
+    let mut of = OsString::from("of=");
+    of.push(image);
+    let mut dd = Command::new("dd");
+    dd.args(["if=/dev/zero", "bs=4M", "conv=fsync", "status=none"])
+        .arg(format!("count={blocks}"))
+        .arg(of);
+    if !on_ram_fs(image) {
+        dd.arg("oflag=direct");
+    }
+    run_command(&mut dd).map(drop)
+}
+
+/// Attaches `image` to a free loop device: with direct I/O on a disk (no
+/// double caching in the host's page cache; a flush becomes an fsync of
+/// the image, reaching the disk), buffered on tmpfs (which has no O_DIRECT).
+fn attach(image: &Path) -> Result<String> {
+    let dio = if on_ram_fs(image) {
+        "--direct-io=off"
+    } else {
+        "--direct-io=on"
+    };
+    let dev = run_command(
+        Command::new("losetup")
+            .args(["--find", "--show", dio])
+            .arg(image),
+    )?;
+    Ok(dev.trim().to_string())
+}
+
+/// ext4 on loop devices over image files: [`Ext4Loop::create`] fills the
+/// images (once), attaches, formats and mounts; teardown unmounts and
+/// detaches (the images stay for the next round: [`remove_images`]).
 pub struct Ext4Loop {
-    image: PathBuf,
-    device: Option<String>,
+    devices: Vec<String>,
     mountpoint: PathBuf,
     mounted: bool,
 }
 
 impl Ext4Loop {
-    /// Creates a `size`-byte image at `image` (rounded up to 4 MiB) and
-    /// writes it with zeros, so the host file system neither allocates nor
-    /// converts unwritten extents during the run (either would add a host
-    /// journal commit to every fsync); attaches it to a loop device with
-    /// direct I/O (no double caching in the host's page cache; a flush
-    /// becomes an fsync of the image, reaching the disk); `mkfs.ext4` (an inode per
-    /// 4 KiB, no lazy init, which would write in the background during the run) and
-    /// mounts it on `mountpoint` with default options (data=ordered,
-    /// barriers on).
-    pub fn create(image: &Path, size: u64, mountpoint: &Path) -> Result<Self> {
+    /// Sets up `setup` on `mountpoint`: `mkfs.ext4` with an inode per 4 KiB
+    /// and no lazy init (which would write in the background during the
+    /// run); default mount options (data=ordered, barriers on), or with an
+    /// external journal device (`mke2fs -O journal_dev`) `data=journal`.
+    pub fn create(setup: &Ext4Setup, mountpoint: &Path) -> Result<Self> {
         let mut me = Ext4Loop {
-            image: image.to_path_buf(),
-            device: None,
+            devices: Vec::new(),
             mountpoint: mountpoint.to_path_buf(),
             mounted: false,
         };
-        const CHUNK: u64 = 4 << 20;
-        let mut of = OsString::from("of=");
-        of.push(image);
-        run_command(
-            Command::new("dd")
-                .args([
-                    "if=/dev/zero",
-                    "bs=4M",
-                    "oflag=direct",
-                    "conv=fsync",
-                    "status=none",
-                ])
-                .arg(format!("count={}", size.div_ceil(CHUNK).max(1)))
-                .arg(of),
-        )?;
-        let dev = run_command(
-            Command::new("losetup")
-                .args(["--find", "--show", "--direct-io=on"])
-                .arg(image),
-        )?;
-        me.device = Some(dev.trim().to_string());
-        let dev = dev.trim();
-        run_command(
-            Command::new("mkfs.ext4")
-                // One inode per 4 KiB: tokubench writes 4 KiB files, and the
-                // default 16 KiB ratio runs out of inodes (ENOSPC) within a
-                // 10 s run on an idle machine.
-                .args(["-q", "-F", "-i", "4096"])
-                .args(["-E", "lazy_itable_init=0,lazy_journal_init=0"])
-                .arg(dev),
-        )?;
+        fill_image(&setup.image, setup.size)?;
+        let data = attach(&setup.image)?;
+        me.devices.push(data.clone());
+        let mut mkfs = Command::new("mkfs.ext4");
+        // One inode per 4 KiB: tokubench writes 4 KiB files, and the
+        // default 16 KiB ratio runs out of inodes (ENOSPC) within a 10 s
+        // run on an idle machine.
+        mkfs.args(["-q", "-F", "-b", "4096", "-i", "4096"])
+            .args(["-E", "lazy_itable_init=0,lazy_journal_init=0"]);
+        let mut options = String::from("rw");
+        if let Some((jimage, jsize)) = &setup.journal {
+            fill_image(jimage, *jsize)?;
+            let jdev = attach(jimage)?;
+            me.devices.push(jdev.clone());
+            run_command(
+                Command::new("mke2fs")
+                    .args(["-q", "-F", "-O", "journal_dev", "-b", "4096"])
+                    .arg(&jdev),
+            )?;
+            mkfs.arg("-J").arg(format!("device={jdev}"));
+            options.push_str(",data=journal");
+        }
+        run_command(mkfs.arg(&data))?;
         std::fs::create_dir_all(mountpoint).map_err(io_err("mkdir", mountpoint))?;
         run_command(
             Command::new("mount")
-                .args(["-t", "ext4", dev])
+                .args(["-t", "ext4", "-o", &options, &data])
                 .arg(mountpoint),
         )?;
         me.mounted = true;
@@ -146,12 +211,12 @@ impl Ext4Loop {
         &self.mountpoint
     }
 
-    /// The loop device (`/dev/loopN`).
-    pub fn device(&self) -> Option<&str> {
-        self.device.as_deref()
+    /// The loop devices (`/dev/loopN`): data, then the journal if external.
+    pub fn devices(&self) -> &[String] {
+        &self.devices
     }
 
-    /// Unmounts, detaches and deletes the image, reporting the first failure.
+    /// Unmounts and detaches, reporting the first failure.
     pub fn teardown(mut self) -> Result<()> {
         self.teardown_inner()
     }
@@ -161,12 +226,8 @@ impl Ext4Loop {
         if std::mem::take(&mut self.mounted) {
             first = first.and(run_command(Command::new("umount").arg(&self.mountpoint)).map(drop));
         }
-        if let Some(dev) = self.device.take() {
+        for dev in std::mem::take(&mut self.devices) {
             first = first.and(run_command(Command::new("losetup").args(["-d", &dev])).map(drop));
-        }
-        if self.image.exists() {
-            first =
-                first.and(std::fs::remove_file(&self.image).map_err(io_err("remove", &self.image)));
         }
         first
     }
@@ -177,6 +238,14 @@ impl Drop for Ext4Loop {
         if let Err(e) = self.teardown_inner() {
             eprintln!("ext4 loop teardown: {e}");
         }
+    }
+}
+
+/// Deletes the images of `setup` (after the last round).
+pub fn remove_images(setup: &Ext4Setup) {
+    let _ = std::fs::remove_file(&setup.image);
+    if let Some((j, _)) = &setup.journal {
+        let _ = std::fs::remove_file(j);
     }
 }
 

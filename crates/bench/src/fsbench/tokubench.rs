@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::error::io_err;
 use super::{
     create_fresh_dir, new_histogram, pattern, record, syncfs, Bound, FsBenchError, LatencySummary,
-    Result,
+    Phase, Result,
 };
 
 /// Parameters of [`run_tokubench`].
@@ -106,6 +106,17 @@ fn stamp_of(seed: u64, thread: usize, index: u64) -> u64 {
 /// one write of `file_size` bytes, close. Afterwards every directory's
 /// entry count is checked and a seeded sample of files is read back.
 pub fn run_tokubench(dir: &Path, cfg: &TokubenchConfig) -> Result<TokubenchResult> {
+    run_tokubench_observed(dir, cfg, &mut |_| {})
+}
+
+/// [`run_tokubench`], calling `observe` right before the creates start
+/// (directories made, workers waiting) and right after the final `syncfs`
+/// (before the read-back check and cleanup).
+pub fn run_tokubench_observed(
+    dir: &Path,
+    cfg: &TokubenchConfig,
+    observe: &mut dyn FnMut(Phase),
+) -> Result<TokubenchResult> {
     if cfg.threads == 0 || cfg.files_per_dir == 0 {
         return Err(FsBenchError::Config(format!(
             "tokubench needs threads and files per directory: {cfg:?}"
@@ -133,6 +144,7 @@ pub fn run_tokubench(dir: &Path, cfg: &TokubenchConfig) -> Result<TokubenchResul
                 })
             })
             .collect();
+        observe(Phase::Start);
         let start = Instant::now();
         go.wait();
         let outcomes: Vec<Result<ThreadStats>> = handles
@@ -154,6 +166,7 @@ pub fn run_tokubench(dir: &Path, cfg: &TokubenchConfig) -> Result<TokubenchResul
     } else {
         0.0
     };
+    observe(Phase::End);
 
     let mut verified_files = 0;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);

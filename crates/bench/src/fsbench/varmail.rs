@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::error::io_err;
 use super::{
     create_fresh_dir, new_histogram, pattern, record, syncfs, Bound, FsBenchError, LatencySummary,
-    Result, SyncKind,
+    Phase, Result, SyncKind,
 };
 
 /// Parameters of [`run_varmail`].
@@ -283,6 +283,18 @@ impl<'a> Worker<'a> {
 /// whole and compare with what was written, close. Afterwards each thread
 /// checks its directory holds exactly the files it expects.
 pub fn run_varmail(dir: &Path, cfg: &VarmailConfig) -> Result<VarmailResult> {
+    run_varmail_observed(dir, cfg, &mut |_| {})
+}
+
+/// [`run_varmail`], calling `observe` right before the timed phase starts
+/// (after the preallocation is written and synced, with the workers
+/// waiting) and right after it ends (before cleanup): where a caller
+/// settles the machine and reads its counters.
+pub fn run_varmail_observed(
+    dir: &Path,
+    cfg: &VarmailConfig,
+    observe: &mut dyn FnMut(Phase),
+) -> Result<VarmailResult> {
     if cfg.threads == 0
         || cfg.files_per_thread < 2
         || cfg.mean_file_size == 0
@@ -331,12 +343,14 @@ pub fn run_varmail(dir: &Path, cfg: &VarmailConfig) -> Result<VarmailResult> {
         if synced.is_err() {
             abort.store(true, Ordering::Relaxed);
         }
+        observe(Phase::Start);
         let start = Instant::now();
         go.wait();
         let outcomes: Vec<Result<ThreadStats>> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or(Err(FsBenchError::ThreadPanicked)))
             .collect();
+        observe(Phase::End);
         (synced, start, outcomes)
     });
 
