@@ -229,7 +229,7 @@ fn set_up(spec: &TargetSpec, scratch: &Path) -> Result<(Mounted, String)> {
                     setup.size >> 20
                 ),
                 Some((j, jsize)) => format!(
-                    "ext4 data=journal on {} over {} ({} MiB), external journal over {} ({} MiB)",
+                    "ext4 data=journal,barrier=0 on {} over {} ({} MiB), external journal over {} ({} MiB)",
                     m.devices().join(" + "),
                     setup.image.display(),
                     setup.size >> 20,
