@@ -26,6 +26,8 @@ use crate::extent::ExtentMap;
 use crate::format::*;
 use crate::store::Store;
 
+mod xattr;
+
 const BS: u64 = BLOCK_SIZE as u64;
 /// Largest file: file block numbers are stored in 32 bits.
 pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * BS;
@@ -1948,123 +1950,6 @@ impl FileSystem {
     pub fn fsync(&self) -> Result<(), Errno> {
         self.store.sync()?;
         Ok(())
-    }
-
-    // ---------------------------------------------------------------- xattrs
-
-    fn ensure_xattrs(&self, g: &mut Inode) -> Result<(), Errno> {
-        if g.xattrs.is_some() {
-            return Ok(());
-        }
-        let mut m = BTreeMap::new();
-        if g.d.xattr_blk != 0 {
-            let b = self.read_block(g.d.xattr_blk)?;
-            for (k, v) in decode_xattrs(&b, g.d.xattr_blk, g.d.ino)? {
-                m.insert(k, v);
-            }
-        }
-        g.xattrs = Some(m);
-        Ok(())
-    }
-
-    /// Set an xattr (`flags`: XATTR_CREATE = 1, XATTR_REPLACE = 2).
-    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<(), Errno> {
-        self.writable()?;
-        if name.is_empty() || name.len() > 255 {
-            return Err(Errno::ERANGE);
-        }
-        if value.len() > u16::MAX as usize {
-            return Err(Errno::E2BIG);
-        }
-        let mut g = self.lock(ino)?;
-        self.ensure_xattrs(&mut g)?;
-        let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-        let exists = map.contains_key(name);
-        if flags & libc::XATTR_CREATE != 0 && exists {
-            return Err(Errno::EEXIST);
-        }
-        if flags & libc::XATTR_REPLACE != 0 && !exists {
-            return Err(Errno::ENODATA);
-        }
-        let total: usize = map
-            .iter()
-            .filter(|(k, _)| k.as_slice() != name)
-            .map(|(k, v)| xattr_size(k.len(), v.len()))
-            .sum::<usize>()
-            + xattr_size(name.len(), value.len());
-        if total > XATTR_SPACE {
-            return Err(Errno::ENOSPC);
-        }
-        let mut ctx = None;
-        if g.d.xattr_blk == 0 {
-            let mut c = self.alloc.prepare(1, ino + 1, &[])?;
-            g.d.xattr_blk = c.alloc(1, ino + 1).first().ok_or(Errno::ENOSPC)?.0;
-            ctx = Some(c);
-        }
-        g.xattrs
-            .as_mut()
-            .ok_or(Errno::EIO)?
-            .insert(name.to_vec(), value.to_vec());
-        g.d.ctime = Ts::now();
-        let mut w = Writes::new();
-        let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-        w.insert(
-            g.d.xattr_blk,
-            encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
-        );
-        put_inode(&mut g, None, &mut w)?;
-        self.commit(w, ctx)
-    }
-
-    /// Get an xattr's value.
-    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>, Errno> {
-        let mut g = self.lock(ino)?;
-        self.ensure_xattrs(&mut g)?;
-        g.xattrs
-            .as_ref()
-            .and_then(|m| m.get(name))
-            .cloned()
-            .ok_or(Errno::ENODATA)
-    }
-
-    /// xattr names, each followed by a NUL byte.
-    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>, Errno> {
-        let mut g = self.lock(ino)?;
-        self.ensure_xattrs(&mut g)?;
-        let mut out = Vec::new();
-        for k in g.xattrs.as_ref().ok_or(Errno::EIO)?.keys() {
-            out.extend_from_slice(k);
-            out.push(0);
-        }
-        Ok(out)
-    }
-
-    /// Remove an xattr.
-    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), Errno> {
-        self.writable()?;
-        let mut g = self.lock(ino)?;
-        self.ensure_xattrs(&mut g)?;
-        if g.xattrs.as_mut().ok_or(Errno::EIO)?.remove(name).is_none() {
-            return Err(Errno::ENODATA);
-        }
-        g.d.ctime = Ts::now();
-        let mut w = Writes::new();
-        let mut ctx = None;
-        if g.xattrs.as_ref().is_some_and(|m| m.is_empty()) {
-            let blk = g.d.xattr_blk;
-            let mut c = self.alloc.prepare(0, 0, &[(blk, 1)])?;
-            c.free(blk, 1)?;
-            g.d.xattr_blk = 0;
-            ctx = Some(c);
-        } else {
-            let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-            w.insert(
-                g.d.xattr_blk,
-                encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
-            );
-        }
-        put_inode(&mut g, None, &mut w)?;
-        self.commit(w, ctx)
     }
 }
 
