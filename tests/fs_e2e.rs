@@ -1390,3 +1390,52 @@ fn a_mounted_block_device_is_held_exclusively() {
     let (ok, text) = ptsd(&[os("fsck"), dev.as_os_str()]);
     assert!(ok && text.contains("clean; 1 files"), "{text}");
 }
+
+/// Issue 11 §5: SEEK_DATA/SEEK_HOLE find the holes of a sparse file (the
+/// kernel's fallback without FUSE_LSEEK calls the whole file data), so
+/// `cp --sparse` and friends skip them; unknown xattr namespaces are
+/// EOPNOTSUPP as on ext4.
+#[test]
+fn sparse_seek_and_xattr_namespaces() {
+    require_fuse!();
+    let mut m = Mounted::new("256M");
+    let p = m.p("sparse");
+    {
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(1 << 30).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &[1u8; 8192], 64 << 20).unwrap();
+        f.sync_all().unwrap();
+    }
+    let f = std::fs::File::open(&p).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: lseek on an open descriptor.
+    let seek = |off: i64, whence: i32| unsafe { libc::lseek(fd, off, whence) };
+    assert_eq!(seek(0, libc::SEEK_DATA), 64 << 20);
+    assert_eq!(seek(0, libc::SEEK_HOLE), 0);
+    assert_eq!(seek(64 << 20, libc::SEEK_HOLE), (64 << 20) + 8192);
+    assert_eq!(seek((64 << 20) + 8192, libc::SEEK_DATA), -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENXIO)
+    );
+    drop(f);
+    let copy = m.p("copy");
+    sh(&m.dir, "cp --sparse=always sparse copy && cmp sparse copy");
+    // Only the written blocks (and no more than a few metadata blocks).
+    let blocks = std::fs::metadata(&copy).unwrap().blocks();
+    assert!(blocks <= 8192 / 512 + 8, "copy has {blocks} sectors");
+
+    let c = cstr(&p);
+    for (name, want) in [("bogus.ns", libc::EOPNOTSUPP), ("user.", libc::EINVAL)] {
+        let n = CString::new(name).unwrap();
+        // SAFETY: valid NUL-terminated strings and a 1-byte value.
+        let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+        assert_eq!((r, errno_of(r)), (-1, want), "setxattr {name}");
+    }
+    let n = CString::new("user.ok").unwrap();
+    // SAFETY: as above.
+    let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(r, 0);
+    m.umount();
+    m.fsck();
+}

@@ -26,7 +26,10 @@ use crate::extent::ExtentMap;
 use crate::format::*;
 use crate::store::Store;
 
+mod seek;
 mod xattr;
+
+pub use seek::Seek;
 
 const BS: u64 = BLOCK_SIZE as u64;
 /// Largest file: file block numbers are stored in 32 bits.

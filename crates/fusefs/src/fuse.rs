@@ -13,12 +13,12 @@ use std::time::Duration;
 use fuser::{
     AccessFlags, Config, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 
 use crate::error::Errno;
-use crate::filesystem::{Attr, Caller, FileSystem, SetAttr, SetTime};
+use crate::filesystem::{Attr, Caller, FileSystem, Seek, SetAttr, SetTime};
 use crate::format::Ts;
 
 /// How long the kernel may cache attributes and entries. Only this process
@@ -551,6 +551,31 @@ impl Filesystem for FuseFs {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         Self::empty(self.fs.removexattr(self.ino(ino), name.as_bytes()), reply);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel sends only SEEK_DATA and SEEK_HOLE; it moves the file
+        // position itself for the others.
+        let what = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(fuser::Errno::ENXIO);
+        };
+        match self.fs.seek(self.ino(ino), offset, what) {
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

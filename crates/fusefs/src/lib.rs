@@ -38,7 +38,7 @@ pub mod store;
 
 pub use error::{Errno, FormatError, FsError, StoreError};
 pub use filesystem::{
-    mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, SetAttr, SetTime, StatFs,
+    mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
     RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 pub use store::{DirectStore, JournalStore, Store, StoreTxn};

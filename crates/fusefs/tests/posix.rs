@@ -51,3 +51,56 @@ fn unknown_xattr_namespaces_are_eopnotsupp_as_on_ext4() {
     );
     fs.release(f.ino).unwrap();
 }
+
+#[test]
+fn seek_data_and_seek_hole_find_real_holes() {
+    use ptsd_fs::Seek::{Data, Hole};
+    let (dev, fs) = fresh(4096);
+    let f = fs.create(fs.root(), b"f", 0o644, ME).unwrap();
+    let bs = 4096u64;
+    let enxio = Err(Errno(libc::ENXIO));
+    // Empty file: nothing to find.
+    assert_eq!(fs.seek(f.ino, 0, Data), enxio);
+    assert_eq!(fs.seek(f.ino, 0, Hole), enxio);
+    // data [1 MiB, 1 MiB + 10 blocks), preallocated [2 MiB, 3 MiB), data at
+    // 4 MiB (one byte), size 8 MiB: holes everywhere else.
+    fs.write(f.ino, 1 << 20, &vec![7u8; 10 * bs as usize])
+        .unwrap();
+    fs.fallocate(f.ino, 2 << 20, 1 << 20, 0).unwrap();
+    fs.write(f.ino, 4 << 20, b"x").unwrap();
+    fs.setattr(
+        f.ino,
+        ptsd_fs::SetAttr {
+            size: Some(8 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.seek(f.ino, 0, Data), Ok(1 << 20));
+    assert_eq!(fs.seek(f.ino, 0, Hole), Ok(0));
+    assert_eq!(fs.seek(f.ino, (1 << 20) + 5, Data), Ok((1 << 20) + 5));
+    assert_eq!(fs.seek(f.ino, (1 << 20) + 5, Hole), Ok((1 << 20) + 10 * bs));
+    // Preallocated blocks read as zeroes: a hole, skipped by SEEK_DATA.
+    assert_eq!(fs.seek(f.ino, (1 << 20) + 10 * bs, Data), Ok(4 << 20));
+    assert_eq!(fs.seek(f.ino, 2 << 20, Hole), Ok(2 << 20));
+    assert_eq!(fs.seek(f.ino, 4 << 20, Hole), Ok((4 << 20) + bs));
+    assert_eq!(fs.seek(f.ino, (4 << 20) + 1, Data), Ok((4 << 20) + 1));
+    assert_eq!(fs.seek(f.ino, (4 << 20) + bs, Data), enxio);
+    assert_eq!(fs.seek(f.ino, (8 << 20) - 1, Hole), Ok((8 << 20) - 1));
+    assert_eq!(fs.seek(f.ino, 8 << 20, Hole), enxio);
+    // Writing into the preallocated range makes it data.
+    fs.write(f.ino, (2 << 20) + 3 * bs, &[1u8; 4096]).unwrap();
+    assert_eq!(fs.seek(f.ino, 2 << 20, Data), Ok((2 << 20) + 3 * bs));
+    // A file whose data ends at EOF: the hole is EOF.
+    let g = fs.create(fs.root(), b"g", 0o644, ME).unwrap();
+    fs.write(g.ino, 0, &[1u8; 5000]).unwrap();
+    assert_eq!(fs.seek(g.ino, 0, Hole), Ok(5000));
+    fs.release(f.ino).unwrap();
+    fs.release(g.ino).unwrap();
+    fs.close().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = remount(&dev);
+    let a = fs.lookup(fs.root(), b"f").unwrap();
+    assert_eq!(fs.seek(a.ino, 0, Data), Ok(1 << 20));
+}
