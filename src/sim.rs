@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptsd_bench::paper_ftl::{self, PaperOptions};
 use ptsd_blockdev::size::parse_size;
-use ptsd_ftl::sim::{Progress, Simulator, TraceSource};
+use ptsd_ftl::sim::{Poisson, Progress, Simulator, TraceSource};
 use ptsd_ftl::stats::SimReport;
 use ptsd_ftl::trace::{BlkparseEvent, OutOfRange, TraceFormat, TraceOptions, TraceReader};
 use ptsd_ftl::workload::{precondition, Access, WorkloadKind, WorkloadSpec};
@@ -134,10 +134,15 @@ pub struct SimArgs {
     /// blkparse: replay D (dispatch) events instead of Q (queue) events.
     #[arg(long)]
     trace_dispatch: bool,
-    /// Replay the trace open-loop by its timestamps (times this factor)
-    /// instead of closed-loop at --qd.
+    /// Replay the trace open-loop, honouring its timestamps at this speed
+    /// (2 = twice as fast) instead of closed-loop at --qd.
     #[arg(long)]
-    open_loop: Option<f64>,
+    trace_speed: Option<f64>,
+    /// How requests of the measured phase arrive: `closed` (a new one as
+    /// each completes, --qd outstanding) or `poisson:IOPS` (open loop:
+    /// Poisson arrivals at IOPS per second, however many are outstanding).
+    #[arg(long, default_value = "closed")]
+    arrival: String,
 
     /// Print JSON on stdout (the table goes to stderr).
     #[arg(long)]
@@ -169,6 +174,25 @@ pub enum SimAction {
     /// Merge the shard files of a sweep: check that every run is present
     /// exactly once, then write a table, one JSON and plots against each axis.
     Merge(crate::sweep::MergeArgs),
+}
+
+/// `closed` or `poisson:IOPS`: the Poisson rate, if open loop.
+fn parse_arrival(s: &str) -> Result<Option<f64>> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("closed") {
+        return Ok(None);
+    }
+    let Some(rate) = t.strip_prefix("poisson:") else {
+        bail!("--arrival {s:?}: expected closed or poisson:IOPS");
+    };
+    let iops: f64 = rate
+        .trim()
+        .parse()
+        .with_context(|| format!("--arrival {s:?}: IOPS is not a number"))?;
+    if !(iops.is_finite() && iops > 0.0) {
+        bail!("--arrival {s:?}: IOPS must be positive");
+    }
+    Ok(Some(iops))
 }
 
 /// `2x`, `2`, `0.5x`, `none`.
@@ -430,12 +454,24 @@ fn simulate(args: &SimArgs, progress: bool) -> Result<(FtlConfig, SimReport<FtlS
         label,
         phases: Vec::new(),
     };
-    for (name, spec) in &plan {
-        let mut w = spec.build()?;
-        report.phases.push(
-            sim.run_closed(name, &mut w, args.qd)
-                .with_context(|| format!("phase {name}"))?,
-        );
+    let poisson = parse_arrival(&args.arrival)?;
+    let last = plan.len().saturating_sub(1);
+    for (k, (name, spec)) in plan.iter().enumerate() {
+        let w = spec.build()?;
+        // Preconditioning stays closed-loop; the measured phase may not.
+        let phase = match poisson {
+            Some(iops) if k == last => {
+                let mut arrivals = Poisson::new(w, iops, args.seed);
+                sim.run_open(name, &mut arrivals, 1.0)
+            }
+            _ => {
+                let mut w = w;
+                sim.run_closed(name, &mut w, args.qd)
+            }
+        };
+        report
+            .phases
+            .push(phase.with_context(|| format!("phase {name}"))?);
         before.fetch_add(spec.requests, Ordering::Relaxed);
     }
     if let Some(path) = &args.trace {
@@ -454,8 +490,11 @@ fn simulate(args: &SimArgs, progress: bool) -> Result<(FtlConfig, SimReport<FtlS
         let reader = TraceReader::open(path, opts)?;
         let name = path.display().to_string();
         let mut source = TraceSource::new(reader, &name);
-        let phase = match args.open_loop {
-            Some(scale) => sim.run_open("trace", &mut source, scale)?,
+        let phase = match args.trace_speed {
+            Some(speed) if speed > 0.0 && speed.is_finite() => {
+                sim.run_open("trace", &mut source, 1.0 / speed)?
+            }
+            Some(speed) => bail!("--trace-speed {speed} must be a positive number"),
             None => sim.run_closed("trace", &mut source, args.qd)?,
         };
         report.phases.push(phase);

@@ -116,12 +116,12 @@ fn paper_experiment_has_the_papers_shape() {
     );
     // DFTL writes dirty mapping pages back while serving reads ...
     let dftl = &variants[1];
-    assert!(sum_over_phases(dftl, |d| d["read_path_programs"].as_u64().unwrap()) > 0);
+    assert!(sum_over_phases(dftl, |d| d["programs_issued_by_reads"].as_u64().unwrap()) > 0);
     assert!(sum_over_phases(dftl, |d| d["map_programs"]["host_read"].as_u64().unwrap()) > 0);
     // ... PTSD never programs on the read path.
     for v in &variants[2..] {
         assert_eq!(
-            sum_over_phases(v, |d| d["read_path_programs"].as_u64().unwrap()),
+            sum_over_phases(v, |d| d["programs_issued_by_reads"].as_u64().unwrap()),
             0,
             "{} programmed on the read path",
             v["name"]
@@ -210,7 +210,7 @@ fn trace_replay_and_bad_line() {
         "--json",
         "--trace",
     ];
-    for extra in [&[][..], &["--open-loop", "1.0"][..]] {
+    for extra in [&[][..], &["--trace-speed", "1.0"][..]] {
         let mut args = base.to_vec();
         args.push(good.to_str().unwrap());
         args.extend_from_slice(extra);

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use ptsd_ftl::sim::Simulator;
+use ptsd_ftl::sim::{Checkpoint, Poisson, Simulator};
 use ptsd_ftl::stats::{format_table, PhaseReport};
 use ptsd_ftl::workload::{precondition, WorkloadSpec};
 use ptsd_ftl::{FtlConfig, FtlStats, Ssd, Variant};
@@ -97,6 +97,9 @@ pub struct PaperOptions {
     pub mixed_factor: f64,
     /// Share of reads in the mixed phase, in percent.
     pub mixed_read_percent: u8,
+    /// Open-loop mixed phase: Poisson arrivals at this share of the slowest
+    /// variant's closed-loop mixed-phase throughput (0 skips the phase).
+    pub open_share: f64,
     pub seed: u64,
     /// Simulation threads (0: one per core).
     pub threads: usize,
@@ -116,6 +119,7 @@ impl Default for PaperOptions {
             read_factor: 0.25,
             mixed_factor: 0.25,
             mixed_read_percent: 70,
+            open_share: 0.7,
             seed: 1,
             threads: 0,
             channels: None,
@@ -199,6 +203,9 @@ impl PaperOptions {
                 return bad("phase lengths must be non-negative numbers");
             }
         }
+        if !(self.open_share.is_finite() && (0.0..=1.0).contains(&self.open_share)) {
+            return bad("open-loop share must be in [0, 1]");
+        }
         if self.mixed_read_percent > 100 {
             return bad("mixed read share is over 100 %");
         }
@@ -246,6 +253,10 @@ pub struct VariantReport {
     pub name: String,
     pub config: FtlConfig,
     pub phases: Vec<PhaseReport<FtlStats>>,
+    /// The paper's "total performance" (its Fig. 12): requests of the
+    /// random-write and random-read phases over their simulated time, in
+    /// IOPS.
+    pub total_iops: f64,
     pub wall_seconds: f64,
 }
 
@@ -254,6 +265,28 @@ impl VariantReport {
     pub fn phase(&self, name: &str) -> Option<&PhaseReport<FtlStats>> {
         self.phases.iter().find(|p| p.name == name)
     }
+
+    /// Requests of `randwrite` and `randread` over their simulated time.
+    fn total(phases: &[PhaseReport<FtlStats>]) -> f64 {
+        let (mut n, mut secs) = (0u64, 0.0);
+        for p in phases
+            .iter()
+            .filter(|p| p.name == "randwrite" || p.name == "randread")
+        {
+            n += p.throughput.requests;
+            secs += p.throughput.sim_seconds;
+        }
+        if secs > 0.0 {
+            n as f64 / secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Name of the open-loop mixed phase.
+pub fn open_phase_name(opts: &PaperOptions) -> String {
+    format!("mixed{}-open", opts.mixed_read_percent)
 }
 
 /// Everything the experiment measured.
@@ -266,6 +299,8 @@ pub struct PaperReport {
     pub map_budget_bytes: u64,
     /// In the paper's order.
     pub variants: Vec<VariantReport>,
+    /// Arrival rate of the open-loop mixed phase (0: not run).
+    pub open_iops: f64,
     /// Wall time of the whole experiment.
     pub wall_seconds: f64,
     /// Simulated requests (all variants) per second of wall time.
@@ -279,6 +314,16 @@ pub fn run_variant(
     variant: Variant,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<VariantReport, PaperError> {
+    run_closed_phases(opts, variant, progress).map(|(v, _)| v)
+}
+
+/// [`run_variant`], also returning the preconditioned device (for the
+/// open-loop phase).
+fn run_closed_phases(
+    opts: &PaperOptions,
+    variant: Variant,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<(VariantReport, Option<Checkpoint<Ssd>>), PaperError> {
     opts.check()?;
     let wall = Instant::now();
     let name = variant.name().to_string();
@@ -306,9 +351,7 @@ pub fn run_variant(
                 PaperError::Options("the device cannot be saved between phases".into())
             })?;
             sim.restore(saved);
-            if k < last {
-                preconditioned = sim.checkpoint();
-            }
+            preconditioned = sim.checkpoint();
         }
         let mut workload = spec
             .build()
@@ -322,12 +365,89 @@ pub fn run_variant(
         before.fetch_add(spec.requests, Ordering::Relaxed);
         phases.push(report);
     }
-    Ok(VariantReport {
-        name,
-        config,
-        phases,
-        wall_seconds: wall.elapsed().as_secs_f64(),
-    })
+    Ok((
+        VariantReport {
+            name,
+            config,
+            total_iops: VariantReport::total(&phases),
+            phases,
+            wall_seconds: wall.elapsed().as_secs_f64(),
+        },
+        preconditioned,
+    ))
+}
+
+/// The open-loop mixed phase on a preconditioned device: the mixed
+/// workload with Poisson arrivals at `iops`.
+fn run_open_phase(
+    opts: &PaperOptions,
+    variant: Variant,
+    saved: Checkpoint<Ssd>,
+    iops: f64,
+) -> Result<PhaseReport<FtlStats>, PaperError> {
+    let (_, spec) = opts
+        .phases()
+        .pop()
+        .ok_or_else(|| PaperError::Options("no mixed phase to run open-loop".to_string()))?;
+    let name = open_phase_name(opts);
+    let workload = spec
+        .build()
+        .map_err(|e| PaperError::Options(format!("{name}: {e}")))?;
+    let mut arrivals = Poisson::new(workload, iops, opts.seed + 3);
+    Simulator::from_checkpoint(saved)
+        .run_open(&name, &mut arrivals, 1.0)
+        .map_err(|source| PaperError::Sim {
+            variant: variant.name().to_string(),
+            source,
+        })
+}
+
+/// Run `job(i)` for every variant index on `threads` threads, slowest
+/// first; a panic becomes [`PaperError::Panicked`].
+fn parallel<T: Send>(
+    threads: usize,
+    job: &(dyn Fn(usize) -> Result<T, PaperError> + Sync),
+) -> Result<Vec<T>, PaperError> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<T, PaperError>>>> =
+        Mutex::new((0..Variant::ALL.len()).map(|_| None).collect());
+    let panicked = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = START_ORDER.get(k) else { break };
+                    let r = job(i);
+                    let failed = r.is_err();
+                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                    if failed {
+                        // Skip the rest: the experiment is lost anyway.
+                        next.store(START_ORDER.len(), Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        // Joined here, a panicking simulation becomes an error, not a panic.
+        workers.into_iter().map(|w| w.join()).any(|r| r.is_err())
+    });
+    let mut out = Vec::new();
+    let mut lost = Vec::new();
+    for (i, r) in results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .enumerate()
+    {
+        match r {
+            Some(Ok(v)) => out.push(v),
+            Some(Err(e)) => return Err(e),
+            None => lost.push(Variant::ALL[i].name()),
+        }
+    }
+    if panicked || !lost.is_empty() {
+        return Err(PaperError::Panicked(lost.join(", ")));
+    }
+    Ok(out)
 }
 
 /// The order to start the variants in: the slowest to simulate first, so
@@ -348,49 +468,41 @@ pub fn run(
         n => n,
     }
     .min(Variant::ALL.len());
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<VariantReport, PaperError>>>> =
-        Mutex::new((0..Variant::ALL.len()).map(|_| None).collect());
-    let panicked = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = START_ORDER.get(k) else { break };
-                    let r = run_variant(opts, Variant::ALL[i], &|done, total| {
-                        progress(i, done, total)
-                    });
-                    let failed = r.is_err();
-                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
-                    if failed {
-                        // Skip the rest: the experiment is lost anyway.
-                        next.store(START_ORDER.len(), Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        // Joined here, a panicking simulation becomes an error, not a panic.
-        workers.into_iter().map(|w| w.join()).any(|r| r.is_err())
-    });
-    let mut variants = Vec::new();
-    let mut lost = Vec::new();
-    for (i, r) in results
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .into_iter()
-        .enumerate()
-    {
-        match r {
-            Some(Ok(v)) => variants.push(v),
-            Some(Err(e)) => return Err(e),
-            None => lost.push(Variant::ALL[i].name()),
+    let saved: Vec<Mutex<Option<Checkpoint<Ssd>>>> =
+        (0..Variant::ALL.len()).map(|_| Mutex::new(None)).collect();
+    let mut variants = parallel(threads, &|i| {
+        let (report, checkpoint) = run_closed_phases(opts, Variant::ALL[i], &|done, total| {
+            progress(i, done, total)
+        })?;
+        *saved[i].lock().unwrap_or_else(|e| e.into_inner()) = checkpoint;
+        Ok(report)
+    })?;
+    // The open-loop phase: one rate for all, below the slowest's capacity.
+    let mixed = format!("mixed{}", opts.mixed_read_percent);
+    let slowest = variants
+        .iter()
+        .filter_map(|v| v.phase(&mixed).map(|p| p.throughput.iops))
+        .fold(f64::INFINITY, f64::min);
+    let open_iops = (opts.open_share * slowest).max(0.0);
+    let mut open_requests = 0;
+    if open_iops.is_finite() && open_iops > 0.0 {
+        let open = parallel(threads, &|i| {
+            let checkpoint = saved[i]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .ok_or_else(|| {
+                    PaperError::Options("the device cannot be saved between phases".into())
+                })?;
+            run_open_phase(opts, Variant::ALL[i], checkpoint, open_iops)
+        })?;
+        for (v, p) in variants.iter_mut().zip(open) {
+            open_requests += p.throughput.requests;
+            v.phases.push(p);
         }
     }
-    if panicked || !lost.is_empty() {
-        return Err(PaperError::Panicked(lost.join(", ")));
-    }
     let wall_seconds = wall.elapsed().as_secs_f64();
-    let requests = opts.requests_per_variant() * variants.len() as u64;
+    let requests = opts.requests_per_variant() * variants.len() as u64 + open_requests;
     let page_cfg = opts.config(Variant::Page);
     let dftl_cfg = opts.config(Variant::Dftl);
     Ok(PaperReport {
@@ -399,6 +511,7 @@ pub fn run(
         full_map_bytes: page_cfg.full_map_bytes(),
         map_budget_bytes: dftl_cfg.map_budget_bytes(),
         variants,
+        open_iops,
         wall_seconds,
         requests_per_wall_second: requests as f64 / wall_seconds.max(1e-9),
     })
@@ -429,6 +542,13 @@ impl PaperReport {
             ));
             out.push('\n');
         }
+        out.push_str(
+            "total performance (the paper's Fig. 12: randwrite + randread requests / their simulated time)\n",
+        );
+        for v in &self.variants {
+            out.push_str(&format!("{:<12} {:>9.0} IOPS\n", v.name, v.total_iops));
+        }
+        out.push('\n');
         out.push_str(&format!(
             "wall time {:.1} s, {:.2} M simulated requests per wall second (all threads)\n",
             self.wall_seconds,

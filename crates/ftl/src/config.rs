@@ -77,9 +77,26 @@ pub enum SchedulerKind {
     /// Arrival order; a full write buffer is flushed asynchronously.
     Fifo,
     /// PTSD's `write_stop`: when a write finds the buffer full, serve only
-    /// reads until none is queued and nothing is in service, then flush
-    /// synchronously.
+    /// reads until none is queued, then flush (see [`WriteStop`] for what
+    /// happens to that write).
     ReadPriority,
+}
+
+/// How the read-priority scheduler treats the write that raised
+/// `write_stop`, once no read is queued.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteStop {
+    /// The flush starts (asynchronously, into the other half of the double
+    /// buffer) and the write enters the buffer as soon as it has room, as
+    /// any write does: writes are held only while reads wait.
+    #[default]
+    Intended,
+    /// The paper's words taken literally: the flush starts only once no
+    /// read is queued and no request is in service, and the write is
+    /// processed synchronously: it completes when the flush's own data
+    /// programs end, and the controller takes nothing meanwhile.
+    Literal,
 }
 
 /// GC victim choice.
@@ -92,22 +109,32 @@ pub enum GcPolicy {
     CostBenefit,
 }
 
-/// When and how GC runs. Thresholds are free blocks per chip: GC starts when
-/// a chip needs a new block and has at most `low_free_blocks` free, and runs
-/// until it has `high_free_blocks`.
+/// When and how GC runs. Thresholds are free blocks per chip: background GC
+/// starts when a chip opens a block and is left with at most
+/// `low_free_blocks` free, and cleans victims until it has
+/// `high_free_blocks`; its copies and erases run when the chip has no host
+/// work. A chip that needs a block with at most `urgent_free_blocks` free
+/// finishes its GC at once, ahead of host I/O (the hard floor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GcConfig {
     pub policy: GcPolicy,
     pub low_free_blocks: u32,
     pub high_free_blocks: u32,
+    #[serde(default = "default_urgent")]
+    pub urgent_free_blocks: u32,
+}
+
+fn default_urgent() -> u32 {
+    GcConfig::default().urgent_free_blocks
 }
 
 impl Default for GcConfig {
     fn default() -> Self {
         GcConfig {
             policy: GcPolicy::Greedy,
-            low_free_blocks: 3,
-            high_free_blocks: 4,
+            low_free_blocks: 4,
+            high_free_blocks: 5,
+            urgent_free_blocks: 2,
         }
     }
 }
@@ -219,8 +246,8 @@ pub enum ConfigError {
     },
     #[error("each chip needs at least {needed} spare blocks (GC reserve, open blocks, mapping pages), it has {have}; add blocks or over-provisioning")]
     SpareBlocksPerChip { needed: u64, have: u64 },
-    #[error("GC thresholds: need 2 <= low_free_blocks ({low}) < high_free_blocks ({high})")]
-    GcThresholds { low: u32, high: u32 },
+    #[error("GC thresholds: need 1 <= urgent_free_blocks ({urgent}) < low_free_blocks ({low}) < high_free_blocks ({high})")]
+    GcThresholds { urgent: u32, low: u32, high: u32 },
     #[error(
         "mapping memory budget {budget} B is too small for {scheme}: it needs at least {needed} B"
     )]
@@ -282,6 +309,9 @@ pub struct FtlConfig {
     /// Write-buffer pages; 0 = one per chip (a flush stripes over all chips).
     pub write_buffer_pages: u32,
     pub scheduler: SchedulerKind,
+    /// Read priority: the reading of `write_stop` (see [`WriteStop`]).
+    #[serde(default)]
+    pub write_stop: WriteStop,
     pub store: StoreKind,
 }
 
@@ -305,6 +335,7 @@ impl Default for FtlConfig {
             gc: GcConfig::default(),
             write_buffer_pages: 0,
             scheduler: SchedulerKind::Fifo,
+            write_stop: WriteStop::Intended,
             store: StoreKind::None,
         }
     }
@@ -495,8 +526,13 @@ impl FtlConfig {
                 op_ratio: self.op_ratio,
             });
         }
-        if self.gc.low_free_blocks < 2 || self.gc.high_free_blocks <= self.gc.low_free_blocks {
+        let gc = &self.gc;
+        if gc.urgent_free_blocks < 1
+            || gc.low_free_blocks <= gc.urgent_free_blocks
+            || gc.high_free_blocks <= gc.low_free_blocks
+        {
             return Err(ConfigError::GcThresholds {
+                urgent: self.gc.urgent_free_blocks,
                 low: self.gc.low_free_blocks,
                 high: self.gc.high_free_blocks,
             });

@@ -42,13 +42,23 @@ pub struct FtlStats {
     pub cmt_read_misses: u64,
     pub cmt_write_hits: u64,
     pub cmt_write_misses: u64,
-    /// Flash programs (of any kind, GC copies included) issued while serving
-    /// a host read. PTSD keeps this at zero.
-    pub read_path_programs: u64,
+    /// Flash programs (of any kind, GC copies included) issued by host
+    /// reads themselves (DFTL's write-backs of dirty mapping pages on a
+    /// read miss, and GC those set off at the free-block floor). PTSD keeps
+    /// this at zero.
+    pub programs_issued_by_reads: u64,
+    /// Flash reads of host reads (data or mapping pages) that found their
+    /// chip busy with a program or an erase (host, mapping or GC) and
+    /// waited for it; and their total wait, in ns.
+    pub reads_behind_writes: u64,
+    pub read_wait_behind_writes_ns: u64,
     pub buffer_flushes: u64,
     /// Times the read-priority scheduler set `write_stop`.
     pub write_stops: u64,
     pub gc_data_runs: u64,
+    /// Times a chip reached the free-block floor and finished its GC ahead
+    /// of host I/O.
+    pub gc_urgent: u64,
     pub gc_map_runs: u64,
     pub gc_data_copies: u64,
     pub gc_map_copies: u64,

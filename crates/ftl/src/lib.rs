@@ -28,6 +28,7 @@ mod timeline;
 
 pub use config::{
     ConfigError, FtlConfig, GcConfig, GcPolicy, SchedulerKind, SchemeConfig, StoreKind, Variant,
+    WriteStop,
 };
 pub use counters::{ByCause, FtlStats};
 pub use device::{Clock, SsdDevice, VirtualClock, WallClock};

@@ -255,13 +255,19 @@ impl DeviceColumns for FtlStats {
             ("CMT rd hit%", hit),
             ("map rd by rd", self.map_reads.host_read.to_string()),
             ("map pg by rd", self.map_programs.host_read.to_string()),
-            ("pg on rd path", self.read_path_programs.to_string()),
+            ("pg by rd", self.programs_issued_by_reads.to_string()),
+            ("rd behind pg", self.reads_behind_writes.to_string()),
+            (
+                "wait ms",
+                format!("{:.0}", self.read_wait_behind_writes_ns as f64 / 1e6),
+            ),
             ("map pg all", self.map_programs.total().to_string()),
             (
                 "GC runs",
                 (self.gc_data_runs + self.gc_map_runs).to_string(),
             ),
             ("erases", self.erases.to_string()),
+            ("urgent GC", self.gc_urgent.to_string()),
         ]
     }
 }

@@ -254,6 +254,11 @@ impl Timeline {
         self.now = now;
     }
 
+    /// The last prune time: nothing is placed before it.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
     #[inline]
     fn channel_of(&self, chip: u32) -> usize {
         self.chips_per_channel.div(chip) as usize
@@ -307,31 +312,36 @@ impl Timeline {
     /// `copies` copy-backs inside a chip (GC: read then program, no
     /// channel), each placed at the earliest gap from `t` in turn. Returns
     /// when the last ends (`t` if none).
-    pub fn copybacks(&mut self, chip: u32, t: u64, copies: u32) -> u64 {
-        let dur = self.t_read + self.t_prog;
+    /// One step of background or urgent GC on `chip` alone (an on-chip
+    /// copy-back, `t_read + t_prog`, or an erase): the earliest gap of the
+    /// step's length from `from` (never before the last prune). With
+    /// `before`, it is placed only if it starts before that time (GC takes
+    /// only the idle time ahead of the host's next operation); returns
+    /// its end, or `None` if not placed.
+    pub fn gc_step(
+        &mut self,
+        chip: u32,
+        from: u64,
+        erase: bool,
+        before: Option<u64>,
+    ) -> Option<u64> {
+        let dur = if erase {
+            self.t_erase
+        } else {
+            self.t_read + self.t_prog
+        };
+        let now = self.now;
         let chip = &mut self.chips[chip as usize];
-        chip.prune(self.now);
-        let mut from = t;
-        let mut end = t;
-        for placed in 0..copies {
-            // Gaps before the previous copy are too short for the next one:
-            // search from there.
-            let (start, at) = chip.find(from, dur);
-            if at == chip.busy.len() {
-                // Nothing after: the rest follow back to back.
-                let rest = dur * u64::from(copies - placed);
-                chip.reserve_at(at, start, rest);
-                return start + rest;
-            }
-            chip.reserve_at(at, start, dur);
-            from = start;
-            end = start + dur;
+        chip.prune(now);
+        let (start, at) = chip.find(from.max(now), dur);
+        if before.is_some_and(|b| start >= b) {
+            return None;
         }
-        end
+        chip.reserve_at(at, start, dur);
+        Some(start + dur)
     }
 
-    /// Block erase.
-    #[inline]
+    #[cfg(test)]
     pub fn erase(&mut self, chip: u32, t: u64) -> u64 {
         self.place(chip, t, self.t_erase, 0, 0)
     }
@@ -425,34 +435,31 @@ mod tests {
     }
 
     #[test]
-    fn batched_copybacks_equal_one_by_one() {
-        use rand::{Rng, SeedableRng};
-        for seed in 0..40u64 {
-            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-            let mut a = Timeline::new(2, 2, 100, 400, 3000, 10);
-            let mut b = a.clone();
-            let mut now = 0;
-            for _ in 0..300 {
-                now += rng.gen_range(0..200);
-                a.prune(now);
-                b.prune(now);
-                let chip = rng.gen_range(0..4);
-                let t = now + rng.gen_range(0..3000);
-                match rng.gen_range(0..4) {
-                    0 => assert_eq!(a.read(chip, t), b.read(chip, t)),
-                    1 => assert_eq!(a.program(chip, t), b.program(chip, t)),
-                    2 => assert_eq!(a.erase(chip, t), b.erase(chip, t)),
-                    _ => {
-                        let k = rng.gen_range(0..6);
-                        let one_by_one = (0..k)
-                            .map(|_| b.place(chip, t, 500, 0, 0))
-                            .max()
-                            .unwrap_or(t);
-                        assert_eq!(a.copybacks(chip, t, k), one_by_one, "seed {seed}");
-                    }
-                }
-            }
-        }
+    fn gc_steps_take_only_idle_time_before_the_host() {
+        let mut tl = Timeline::new(1, 2, 100, 400, 3000, 10);
+        // A host program on chip 0 at 900: [900, 1310).
+        assert_eq!(tl.program(0, 900), 1310);
+        // A copy-back (500) fits before it: placed.
+        assert_eq!(tl.gc_step(0, 0, false, Some(1000)), Some(500));
+        // The next would start at 500 and overlap the program: the gap is
+        // too short, so it goes after the program, which is past `before`.
+        assert_eq!(tl.gc_step(0, 500, false, Some(1000)), None);
+        // Urgent (no `before`): placed after the program.
+        assert_eq!(tl.gc_step(0, 500, false, None), Some(1810));
+        // An erase on the other chip in its idle time.
+        assert_eq!(tl.gc_step(1, 0, true, Some(1)), Some(3000));
+    }
+
+    #[test]
+    fn a_read_holds_its_chip_until_its_data_is_out() {
+        let mut tl = Timeline::new(1, 2, 100, 400, 3000, 10);
+        // Chip 1 takes the channel over [100, 110).
+        assert_eq!(tl.read(1, 0), 110);
+        // Chip 0's read senses over [0, 100) but must wait for the channel
+        // until 110: it holds the chip until its transfer ends at 120.
+        assert_eq!(tl.read(0, 0), 120);
+        // So a program on chip 0 cannot start before 120.
+        assert_eq!(tl.program(0, 0), 120 + 10 + 400);
     }
 
     #[test]

@@ -211,7 +211,11 @@ fn check_against_oracle(cfg: FtlConfig, steps: &[Step], external: bool) {
         assert_eq!(buf, want, "final read of lpn {p}");
     }
     if !matches!(ssd.config().scheme, SchemeConfig::Dftl) {
-        assert_eq!(ssd.stats().read_path_programs, 0, "a read programmed flash");
+        assert_eq!(
+            ssd.stats().programs_issued_by_reads,
+            0,
+            "a read programmed flash"
+        );
     }
 }
 

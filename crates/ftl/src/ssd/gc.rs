@@ -1,4 +1,13 @@
 //! Block allocation and per-chip garbage collection.
+//!
+//! GC runs in the background, one job (one victim block) at a time per
+//! chip, as a sequence of steps: one on-chip copy-back per valid page, then
+//! the erase. Steps take only the chip's idle time ahead of the host's next
+//! operation (user I/O first; a step already started is not preempted), and
+//! the host's writes go to chips without a GC job while any chip has none.
+//! A chip that must open a block with at most `urgent_free_blocks` free
+//! finishes its GC at once, ahead of host I/O (the hard floor). The victim
+//! is erased, and reusable, only after its last copy.
 
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
@@ -6,8 +15,20 @@ use crate::error::FtlError;
 use crate::flash::{Stream, INVALID, POOL_DATA, POOL_MAP, TRIM_OWNER};
 use crate::store::{Oob, PageKind};
 
+/// One chip's GC under way: the victim and how far it has got.
+#[derive(Clone, Debug)]
+pub(super) struct GcJob {
+    victim: u32,
+    /// Next page offset in the victim to look at.
+    next: u32,
+    /// Steps start at or after this (the previous step's end).
+    cursor: u64,
+    /// LPNs moved so far (their mapping is updated at the end).
+    moved: Vec<u32>,
+}
+
 impl Ssd {
-    // ---- allocation and GC -----------------------------------------------
+    // ---- allocation -------------------------------------------------------
 
     pub(super) fn alloc(
         &mut self,
@@ -18,8 +39,8 @@ impl Ssd {
         if let Some(p) = self.flash.alloc_in_open(stream, chip) {
             return Ok(Some(p));
         }
-        if self.gc_depth == 0 && self.flash.free_count(chip) <= self.cfg.gc.low_free_blocks {
-            self.gc(chip, t)?;
+        if self.gc_depth < 4 && self.flash.free_count(chip) <= self.cfg.gc.urgent_free_blocks {
+            self.gc_urgent(chip, t)?;
             if let Some(p) = self.flash.alloc_in_open(stream, chip) {
                 return Ok(Some(p));
             }
@@ -27,171 +48,277 @@ impl Ssd {
         // Keep the last free block of a chip for GC.
         let keep = if stream == Stream::GcData { 0 } else { 1 };
         if self.flash.open_block(stream, chip, keep) {
+            if self.flash.free_count(chip) <= self.cfg.gc.low_free_blocks {
+                self.gc_start(chip, t);
+            }
             return Ok(self.flash.alloc_in_open(stream, chip));
         }
         Ok(None)
     }
 
-    pub(super) fn alloc_host(&mut self, t: u64) -> Result<u32, FtlError> {
-        for _ in 0..self.g.chips {
-            let chip = self.host_rr;
-            self.host_rr = if chip + 1 == self.g.chips {
-                0
-            } else {
-                chip + 1
-            };
-            if let Some(p) = self.alloc(Stream::Host, chip, t)? {
+    /// The next chip of a round robin, skipping chips with a GC job while
+    /// some chip has none (their time goes to GC, and no host write waits
+    /// for another chip's GC). When every chip has one, the chip with the
+    /// most free blocks (the furthest from the urgent floor).
+    fn alloc_striped(&mut self, stream: Stream, t: u64) -> Result<u32, FtlError> {
+        let chips = self.g.chips;
+        if (self.gc_active.len() as u32) < chips {
+            for _ in 0..chips {
+                let rr = if stream == Stream::Map {
+                    &mut self.map_rr
+                } else {
+                    &mut self.host_rr
+                };
+                let chip = *rr;
+                *rr = if chip + 1 == chips { 0 } else { chip + 1 };
+                if self.gc_jobs[chip as usize].is_some() {
+                    continue;
+                }
+                if let Some(p) = self.alloc(stream, chip, t)? {
+                    return Ok(p);
+                }
+            }
+        }
+        let mut order: Vec<u32> = (0..chips).collect();
+        order.sort_by_key(|&c| std::cmp::Reverse(self.flash.free_count(c)));
+        for chip in order {
+            if let Some(p) = self.alloc(stream, chip, t)? {
                 return Ok(p);
             }
         }
         Err(FtlError::NoSpace)
+    }
+
+    pub(super) fn alloc_host(&mut self, t: u64) -> Result<u32, FtlError> {
+        self.alloc_striped(Stream::Host, t)
     }
 
     pub(super) fn alloc_map(&mut self, t: u64) -> Result<u32, FtlError> {
-        for _ in 0..self.g.chips {
-            let chip = self.map_rr;
-            self.map_rr = if chip + 1 == self.g.chips {
-                0
-            } else {
-                chip + 1
-            };
-            if let Some(p) = self.alloc(Stream::Map, chip, t)? {
-                return Ok(p);
-            }
-        }
-        Err(FtlError::NoSpace)
+        self.alloc_striped(Stream::Map, t)
     }
 
-    /// Clean blocks on `chip` until it has `high_free_blocks` free (or
-    /// nothing is left to reclaim). Copies stay on the chip (copy-back).
-    pub(super) fn gc(&mut self, chip: u32, t: u64) -> Result<(), FtlError> {
-        if self.gc_depth >= 4 {
-            return Ok(());
+    // ---- GC jobs ------------------------------------------------------------
+
+    /// Start a background job on `chip` if it has none and is below
+    /// `high_free_blocks`.
+    pub(super) fn gc_start(&mut self, chip: u32, t: u64) {
+        let c = chip as usize;
+        if self.gc_jobs[c].is_some() || self.flash.free_count(chip) >= self.cfg.gc.high_free_blocks
+        {
+            return;
         }
+        let Some(victim) = self.flash.victim(chip, self.cfg.gc.policy, t) else {
+            return;
+        };
+        if self.flash.pool[victim as usize] == POOL_DATA {
+            self.stats.gc_data_runs += 1;
+        } else {
+            self.stats.gc_map_runs += 1;
+        }
+        // Keep the victim out of later victim searches and allocation.
+        self.flash.open[victim as usize] = true;
+        let mut moved = std::mem::take(&mut self.moved);
+        moved.clear();
+        self.gc_jobs[c] = Some(GcJob {
+            victim,
+            next: 0,
+            cursor: t,
+            moved,
+        });
+        self.gc_active.push(chip);
+    }
+
+    /// Give every chip's GC the idle time before `t` (called before the
+    /// host's work at `t` is placed). A failure stops the device.
+    pub(super) fn gc_pump(&mut self, t: u64) {
+        let mut i = 0;
+        while i < self.gc_active.len() {
+            let chip = self.gc_active[i];
+            loop {
+                match self.gc_step(chip, Some(t)) {
+                    Ok(true) if self.gc_jobs[chip as usize].is_some() => {}
+                    Ok(_) => break,
+                    Err(e) => {
+                        self.fail(e);
+                        return;
+                    }
+                }
+            }
+            // A finished job left the list (swap_remove): look at `i` again.
+            if self.gc_active.get(i) == Some(&chip) {
+                i += 1;
+            }
+        }
+    }
+
+    /// Finish `chip`'s GC now, ahead of host I/O, until it has more than
+    /// `urgent_free_blocks` free (or nothing is left to reclaim).
+    fn gc_urgent(&mut self, chip: u32, t: u64) -> Result<(), FtlError> {
         self.gc_depth += 1;
-        let r = self.gc_inner(chip, t);
+        self.stats.gc_urgent += 1;
+        let r = (|| {
+            while self.flash.free_count(chip) <= self.cfg.gc.urgent_free_blocks {
+                if self.gc_jobs[chip as usize].is_none() {
+                    // (free <= urgent < high: a job starts if any block
+                    // can be cleaned.)
+                    self.gc_start(chip, t);
+                    match self.gc_jobs[chip as usize].as_mut() {
+                        Some(j) => j.cursor = j.cursor.max(t),
+                        None => break,
+                    }
+                }
+                // Run this job (not the next one it may start) to its end.
+                let victim = self.gc_jobs[chip as usize].as_ref().map(|j| j.victim);
+                while self.gc_jobs[chip as usize].as_ref().map(|j| j.victim) == victim {
+                    self.gc_step(chip, None)?;
+                }
+            }
+            Ok(())
+        })();
         self.gc_depth -= 1;
         r
     }
 
-    pub(super) fn gc_inner(&mut self, chip: u32, t: u64) -> Result<(), FtlError> {
+    /// One step of `chip`'s job: copy the next valid page, or erase the
+    /// victim once all are copied. With `before`, the step is taken only
+    /// if the chip is idle before then. Returns whether a step was taken.
+    fn gc_step(&mut self, chip: u32, before: Option<u64>) -> Result<bool, FtlError> {
+        let c = chip as usize;
+        let Some(job) = self.gc_jobs[c].as_ref() else {
+            return Ok(false);
+        };
+        let (victim, cursor) = (job.victim, job.cursor);
         let ppb = self.g.pages_per_block;
-        while self.flash.free_count(chip) < self.cfg.gc.high_free_blocks {
-            let Some(victim) = self.flash.victim(chip, self.cfg.gc.policy, t) else {
-                break;
+        let written = self.flash.wp[victim as usize];
+        let mut off = job.next;
+        while off < written && self.flash.p2l[(victim * ppb + off) as usize] == INVALID {
+            off += 1;
+        }
+        if off < written {
+            let Some(end) = self.tl.gc_step(chip, cursor, false, before) else {
+                return Ok(false);
             };
-            let pool = self.flash.pool[victim as usize];
-            let stream = if pool == POOL_MAP {
-                Stream::Map
+            let dur = self.cfg.t_read_ns + self.cfg.t_prog_ns;
+            self.note_write_busy(chip, end - dur, end);
+            self.note_gc_program(end);
+            self.gc_copy(chip, victim, victim * ppb + off, end)?;
+            if let Some(job) = self.gc_jobs[c].as_mut() {
+                job.next = off + 1;
+                job.cursor = end;
+            }
+            return Ok(true);
+        }
+        let Some(erased) = self.tl.gc_step(chip, cursor, true, before) else {
+            if let Some(job) = self.gc_jobs[c].as_mut() {
+                job.next = off;
+            }
+            return Ok(false);
+        };
+        self.note_write_busy(chip, erased - self.cfg.t_erase_ns, erased);
+        let Some(mut job) = self.gc_jobs[c].take() else {
+            return Ok(false);
+        };
+        if let Some(k) = self.gc_active.iter().position(|&x| x == chip) {
+            self.gc_active.swap_remove(k);
+        }
+        let pool = self.flash.pool[victim as usize];
+        // The victim's stale copies may be what a power cut falls back
+        // to: make the new copies durable before destroying them.
+        if self.persistent {
+            self.persist_trims(erased)?;
+            self.store.sync()?;
+            self.store.erase(victim * ppb, ppb)?;
+        } else if self.has_data {
+            self.store.erase(victim * ppb, ppb)?;
+        }
+        self.block_ready[victim as usize] = erased;
+        self.flash.erase(victim);
+        self.stats.erases += 1;
+        let ec = self.flash.erases[victim as usize];
+        self.stats.max_erase_count = self.stats.max_erase_count.max(ec);
+        self.stats.mean_erase_count += 1.0 / f64::from(self.flash.blocks());
+        let at = erased.max(self.tl_now());
+        if pool == POOL_DATA && self.uses_map_pages && !job.moved.is_empty() {
+            self.update_moved_mappings(&mut job.moved, at)?;
+        }
+        self.moved = job.moved;
+        // Go on until the chip has `high_free_blocks`.
+        self.gc_start(chip, erased);
+        Ok(true)
+    }
+
+    /// Move the valid page `src` of `victim` to the chip's open GC block
+    /// (or mapping block), at simulated time `at` (when its copy ends).
+    fn gc_copy(&mut self, chip: u32, victim: u32, src: u32, at: u64) -> Result<(), FtlError> {
+        let pool = self.flash.pool[victim as usize];
+        let stream = if pool == POOL_MAP {
+            Stream::Map
+        } else {
+            Stream::GcData
+        };
+        let owner = self.flash.p2l[src as usize];
+        let dst = match self.flash.alloc_in_open(stream, chip) {
+            Some(d) => d,
+            None if self.flash.open_block(stream, chip, 0) => self
+                .flash
+                .alloc_in_open(stream, chip)
+                .ok_or(FtlError::NoSpace)?,
+            None => return Err(FtlError::NoSpace),
+        };
+        self.seq += 1;
+        if self.has_data {
+            let kind = if pool == POOL_DATA {
+                PageKind::Data
+            } else if owner == TRIM_OWNER {
+                PageKind::Trim
             } else {
-                Stream::GcData
+                PageKind::Map
             };
-            if pool == POOL_DATA {
-                self.stats.gc_data_runs += 1;
+            // A mapping page keeps its as-of sequence number.
+            let aux = if kind == PageKind::Map {
+                self.gtd_seq[owner as usize]
             } else {
-                self.stats.gc_map_runs += 1;
+                0
+            };
+            let oob = Oob {
+                kind,
+                id: if owner == TRIM_OWNER { 0 } else { owner },
+                seq: self.seq,
+                aux,
+            };
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let r = self.store.copy(src, dst, oob, &mut scratch);
+            self.scratch = scratch;
+            r?;
+        }
+        self.flash.invalidate(src, at);
+        self.flash.fill(dst, owner, at);
+        if pool == POOL_DATA {
+            self.stats.gc_data_copies += 1;
+            let e = self.l2p[owner as usize];
+            if e != UNMAPPED && e & IN_BUFFER != 0 {
+                self.buf.prev[(e & !IN_BUFFER) as usize] = dst;
+            } else {
+                self.l2p[owner as usize] = dst;
             }
-            let mut moved = std::mem::take(&mut self.moved);
-            moved.clear();
-            // The copies follow one another on the chip (nothing else is
-            // placed meanwhile): place them all at once.
-            let copies_end = self.op_copybacks(chip, t, self.flash.valid[victim as usize]);
-            let written = self.flash.wp[victim as usize];
-            // The owners' map entries and cache state are random accesses:
-            // fetch them a few pages ahead so that the misses overlap.
-            const AHEAD: u32 = 16;
-            if pool == POOL_DATA {
-                for off in 0..AHEAD.min(written) {
-                    self.prefetch_owner(victim * ppb + off);
-                }
+            self.mark_map_stale(owner);
+            if let Some(job) = self.gc_jobs[chip as usize].as_mut() {
+                job.moved.push(owner);
             }
-            for off in 0..written {
-                let src = victim * ppb + off;
-                if pool == POOL_DATA && off + AHEAD < written {
-                    self.prefetch_owner(src + AHEAD);
-                }
-                let owner = self.flash.p2l[src as usize];
-                if owner == INVALID {
-                    continue;
-                }
-                let dst = match self.flash.alloc_in_open(stream, chip) {
-                    Some(d) => d,
-                    None if self.flash.open_block(stream, chip, 0) => self
-                        .flash
-                        .alloc_in_open(stream, chip)
-                        .ok_or(FtlError::NoSpace)?,
-                    None => return Err(FtlError::NoSpace),
-                };
-                self.seq += 1;
-                if self.has_data {
-                    let kind = if pool == POOL_DATA {
-                        PageKind::Data
-                    } else if owner == TRIM_OWNER {
-                        PageKind::Trim
-                    } else {
-                        PageKind::Map
-                    };
-                    // A mapping page keeps its as-of sequence number.
-                    let aux = if kind == PageKind::Map {
-                        self.gtd_seq[owner as usize]
-                    } else {
-                        0
-                    };
-                    let oob = Oob {
-                        kind,
-                        id: if owner == TRIM_OWNER { 0 } else { owner },
-                        seq: self.seq,
-                        aux,
-                    };
-                    let mut scratch = std::mem::take(&mut self.scratch);
-                    let r = self.store.copy(src, dst, oob, &mut scratch);
-                    self.scratch = scratch;
-                    r?;
-                }
-                self.flash.invalidate(src, t);
-                self.flash.fill(dst, owner, t);
-                if pool == POOL_DATA {
-                    self.stats.gc_data_copies += 1;
-                    let e = self.l2p[owner as usize];
-                    if e != UNMAPPED && e & IN_BUFFER != 0 {
-                        self.buf.prev[(e & !IN_BUFFER) as usize] = dst;
-                    } else {
-                        self.l2p[owner as usize] = dst;
-                    }
-                    self.mark_map_stale(owner);
-                    moved.push(owner);
-                } else {
-                    self.stats.gc_map_copies += 1;
-                    if owner == TRIM_OWNER {
-                        if let Some(p) = self.trim_pages.iter_mut().find(|p| **p == src) {
-                            *p = dst;
-                        }
-                    } else {
-                        self.gtd[owner as usize] = dst;
-                    }
-                }
+            // The next owners' map entries are random accesses: start them.
+            let next = src + 1;
+            if next % self.g.pages_per_block != 0 {
+                self.prefetch_owner(next);
             }
-            // The victim's stale copies may be what a power cut falls back
-            // to: make the new copies durable before destroying them.
-            if self.persistent {
-                self.persist_trims(t)?;
-                self.store.sync()?;
-                self.store.erase(victim * ppb, ppb)?;
-            } else if self.has_data {
-                self.store.erase(victim * ppb, ppb)?;
+        } else {
+            self.stats.gc_map_copies += 1;
+            if owner == TRIM_OWNER {
+                if let Some(p) = self.trim_pages.iter_mut().find(|p| **p == src) {
+                    *p = dst;
+                }
+            } else {
+                self.gtd[owner as usize] = dst;
             }
-            // The erase follows the copies; the block is usable after it.
-            let erased = self.op_erase(chip, copies_end);
-            self.block_ready[victim as usize] = erased;
-            self.flash.erase(victim);
-            self.stats.erases += 1;
-            let ec = self.flash.erases[victim as usize];
-            self.stats.max_erase_count = self.stats.max_erase_count.max(ec);
-            self.stats.mean_erase_count += 1.0 / f64::from(self.flash.blocks());
-            if pool == POOL_DATA && self.uses_map_pages && !moved.is_empty() {
-                self.update_moved_mappings(&mut moved, t)?;
-            }
-            self.moved = moved;
         }
         Ok(())
     }

@@ -1,5 +1,7 @@
 //! Host operations: read, write (into the buffer), discard, flush.
 
+use std::cmp::Reverse;
+
 use super::{Cause, Queued, Ssd, IN_BUFFER, MAX_TRIM_PAGES, UNMAPPED};
 use crate::error::FtlError;
 use crate::request::Request;
@@ -81,9 +83,12 @@ impl Ssd {
         Ok(done.max(self.horizon))
     }
 
-    /// Copy a write into the buffer. `sync`: flush synchronously when full
-    /// (read-priority); otherwise flush asynchronously, waiting only for the
-    /// previous flush to drain (double buffering).
+    /// Copy a write into the buffer, flushing the filling half when it is
+    /// full. `sync` (the literal `write_stop`): the write completes only
+    /// when that flush's data programs end. A page that finds the buffer at
+    /// its bound waits for the earliest program to end (the scheduler
+    /// normally dispatches a write only once it fits: see
+    /// [`WriteBuffer::room_at`](super::wbuf::WriteBuffer::room_at)).
     /// `src`: the bytes (`pages * page_size`), if any.
     pub(super) fn do_write(
         &mut self,
@@ -102,12 +107,16 @@ impl Ssd {
                 (e & !IN_BUFFER) as usize
             } else {
                 if self.buf.full() {
+                    let end = self.flush_buffer(ready)?;
                     if sync {
-                        ready = self.flush_buffer(ready)?;
-                    } else {
-                        ready = ready.max(self.flush_busy_until);
-                        let end = self.flush_buffer(t)?;
-                        self.flush_busy_until = self.flush_busy_until.max(end);
+                        ready = ready.max(end);
+                    }
+                }
+                self.buf.release(ready);
+                while self.buf.inflight.len() + self.buf.len() >= self.buf.bound() {
+                    match self.buf.inflight.pop() {
+                        Some(Reverse(end)) => ready = ready.max(end),
+                        None => break,
                     }
                 }
                 let slot = self.buf.len();
@@ -164,8 +173,8 @@ impl Ssd {
 
     pub(super) fn do_flush(&mut self, t: u64) -> Result<u64, FtlError> {
         self.stats.host_flushes += 1;
-        let end = self.flush_buffer(t)?;
-        self.flush_busy_until = self.flush_busy_until.max(end);
+        // Done when every buffered page is on flash (not GC's work).
+        let end = self.flush_buffer(t)?.max(self.buf.drained_at());
         if self.persistent {
             self.persist_trims(t)?;
             if self.trim_pages.len() > MAX_TRIM_PAGES {
@@ -173,6 +182,6 @@ impl Ssd {
             }
             self.store.sync()?;
         }
-        Ok(end.max(self.last_program_end).max(self.horizon))
+        Ok(end.max(self.horizon))
     }
 }

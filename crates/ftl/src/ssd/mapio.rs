@@ -68,6 +68,13 @@ impl Ssd {
     ) -> Result<u64, FtlError> {
         let ppa = self.alloc_map(t)?;
         let end = self.op_program(ppa, t);
+        if matches!(cause, Cause::Write | Cause::Gc) {
+            // A dirty mapping page evicted by a flush or updated by GC is
+            // staged in controller DRAM until programmed: it takes a write-
+            // buffer slot meanwhile, so host writes cannot outrun the
+            // mapping work they cause (reads never wait for a slot).
+            self.buf.inflight.push(std::cmp::Reverse(end));
+        }
         self.seq += 1;
         if self.persistent {
             let mut content = std::mem::take(&mut self.scratch);

@@ -63,7 +63,8 @@ struct Queued {
 enum Pick {
     Read,
     Other,
-    SyncFlush,
+    /// The write that raised `write_stop`.
+    Held,
 }
 
 /// One emulated SSD.
@@ -94,7 +95,7 @@ enum Pick {
 ///     }
 /// }
 /// assert_eq!(finished, 72);
-/// assert_eq!(ssd.stats().read_path_programs, 0);
+/// assert_eq!(ssd.stats().programs_issued_by_reads, 0);
 /// ```
 pub struct Ssd {
     cfg: FtlConfig,
@@ -124,8 +125,6 @@ pub struct Ssd {
     held: Option<(Queued, u64)>,
     ctrl_free: u64,
     busy_until: u64,
-    flush_busy_until: u64,
-    last_program_end: u64,
     horizon: u64,
 
     /// LPN -> mapping page.
@@ -133,6 +132,11 @@ pub struct Ssd {
     host_rr: u32,
     map_rr: u32,
     gc_depth: u32,
+    /// Each chip's GC job under way, and the chips that have one.
+    gc_jobs: Vec<Option<gc::GcJob>>,
+    gc_active: Vec<u32>,
+    /// Per chip: the latest program or erase placed, `(start, end)`.
+    chip_write_busy: Vec<(u64, u64)>,
     act_pool: Vec<Vec<MapAction>>,
     moved: Vec<u32>,
     scratch: Vec<u8>,
@@ -218,6 +222,7 @@ impl Ssd {
                 },
                 cap,
                 page,
+                inflight: std::collections::BinaryHeap::with_capacity(2 * cap),
             },
             store,
             has_data,
@@ -232,13 +237,14 @@ impl Ssd {
             held: None,
             ctrl_free: 0,
             busy_until: 0,
-            flush_busy_until: 0,
-            last_program_end: 0,
             horizon: 0,
             per_map_page: Divisor::new(g.entries_per_map_page),
             host_rr: 0,
             map_rr: 0,
             gc_depth: 0,
+            gc_jobs: vec![None; g.chips as usize],
+            gc_active: Vec::with_capacity(g.chips as usize),
+            chip_write_busy: vec![(0, 0); g.chips as usize],
             act_pool: (0..4).map(|_| Vec::with_capacity(64)).collect(),
             moved: Vec::with_capacity(g.pages_per_block as usize),
             scratch: if has_data { vec![0; page] } else { Vec::new() },
@@ -292,13 +298,14 @@ impl Ssd {
             held: self.held.clone(),
             ctrl_free: self.ctrl_free,
             busy_until: self.busy_until,
-            flush_busy_until: self.flush_busy_until,
-            last_program_end: self.last_program_end,
             horizon: self.horizon,
             per_map_page: self.per_map_page,
             host_rr: self.host_rr,
             map_rr: self.map_rr,
             gc_depth: self.gc_depth,
+            gc_jobs: self.gc_jobs.clone(),
+            gc_active: self.gc_active.clone(),
+            chip_write_busy: self.chip_write_busy.clone(),
             act_pool: self.act_pool.clone(),
             moved: self.moved.clone(),
             scratch: self.scratch.clone(),
@@ -533,6 +540,19 @@ impl Ssd {
 
     pub(crate) fn geometry(&self) -> &Geometry {
         &self.g
+    }
+
+    /// Pages the write buffer holds at `t` (tests: never over
+    /// [`write_buffer_bound`](Self::write_buffer_bound)).
+    #[doc(hidden)]
+    pub fn write_buffer_held_at(&self, t: u64) -> usize {
+        self.buf.held_at(t)
+    }
+
+    /// Pages the write buffer may hold: two flush units (one filling, one
+    /// being programmed).
+    pub fn write_buffer_bound(&self) -> usize {
+        self.buf.bound()
     }
 
     /// Whether the pages live in a persistent store.

@@ -4,38 +4,67 @@
 use std::cmp::Reverse;
 
 use super::{DataIo, Done, Pick, Queued, Ssd};
-use crate::config::SchedulerKind;
+use crate::config::{SchedulerKind, WriteStop};
 use crate::error::{FtlError, RequestError};
 use crate::request::{Completion, Op};
 
 impl Ssd {
+    /// The next request to dispatch and when. Reads wait only for the
+    /// controller; a write also for room in the write buffer. FIFO takes
+    /// them in arrival order; read priority takes the earlier-ready one
+    /// (a read passes a write waiting for room), and while `write_stop` is
+    /// set only reads, until none is queued.
     pub(super) fn next_dispatch(&self) -> Option<(u64, Pick)> {
         if self.write_stop {
             if let Some(r) = self.reads.front() {
                 return Some((r.submit_ns.max(self.ctrl_free), Pick::Read));
             }
-            let (_, stopped) = self.held.as_ref()?;
-            let t = self.ctrl_free.max(self.busy_until).max(*stopped);
-            return Some((t, Pick::SyncFlush));
+            let (q, stopped) = self.held.as_ref()?;
+            let t = self.ctrl_free.max(*stopped);
+            let t = match self.cfg.write_stop {
+                // "Nothing in service" is the paper's literal condition.
+                WriteStop::Literal => t.max(self.busy_until),
+                WriteStop::Intended => t.max(self.buf.room_at(q.req.pages as usize)),
+            };
+            return Some((t, Pick::Held));
         }
-        let pick = match (self.reads.front(), self.others.front()) {
-            (Some(r), Some(o)) => {
-                if r.arrival < o.arrival {
-                    (r.submit_ns, Pick::Read)
-                } else {
-                    (o.submit_ns, Pick::Other)
-                }
+        let read_at = |r: &Queued| r.submit_ns.max(self.ctrl_free);
+        let other_at = |o: &Queued| {
+            let t = o.submit_ns.max(self.ctrl_free);
+            if o.req.op == Op::Write {
+                t.max(self.buf.room_at(o.req.pages as usize))
+            } else {
+                t
             }
-            (Some(r), None) => (r.submit_ns, Pick::Read),
-            (None, Some(o)) => (o.submit_ns, Pick::Other),
-            (None, None) => return None,
         };
-        Some((pick.0.max(self.ctrl_free), pick.1))
+        match (self.reads.front(), self.others.front()) {
+            (Some(r), Some(o)) => {
+                let (tr, to) = (read_at(r), other_at(o));
+                let read_first = match self.cfg.scheduler {
+                    SchedulerKind::Fifo => r.arrival < o.arrival,
+                    SchedulerKind::ReadPriority => tr < to || (tr == to && r.arrival < o.arrival),
+                };
+                Some(if read_first {
+                    (tr, Pick::Read)
+                } else {
+                    (to, Pick::Other)
+                })
+            }
+            (Some(r), None) => Some((read_at(r), Pick::Read)),
+            (None, Some(o)) => Some((other_at(o), Pick::Other)),
+            (None, None) => None,
+        }
     }
 
     pub(super) fn dispatch(&mut self, t: u64, pick: Pick, buffers: &mut dyn DataIo) {
+        // GC takes the chips' idle time before `t` first: what user work is
+        // placed from here on starts at `t` or later.
+        self.gc_pump(t);
         self.tl.prune(t);
         self.horizon = t;
+        // Dispatch times never go back: a request queued behind one that
+        // waited (for room in the buffer) is dispatched after it.
+        self.ctrl_free = self.ctrl_free.max(t);
         match pick {
             Pick::Read => {
                 let Some(mut q) = self.reads.pop_front() else {
@@ -72,21 +101,29 @@ impl Ssd {
                 };
                 self.finish(q, t, r);
             }
-            Pick::SyncFlush => {
+            Pick::Held => {
                 let Some((q, _)) = self.held.take() else {
                     return;
                 };
                 self.write_stop = false;
+                let sync = self.cfg.write_stop == WriteStop::Literal;
                 let r = match self.write_source(&q, buffers) {
-                    Ok(src) => self.do_write(&q.req, t, true, src),
+                    Ok(src) => self.do_write(&q.req, t, sync, src),
                     Err(e) => return self.refuse(q, t, e),
                 };
-                if let Ok(done) = r {
+                if let (true, Ok(done)) = (sync, &r) {
                     // The controller waits for the synchronous flush.
-                    self.ctrl_free = self.ctrl_free.max(done);
+                    self.ctrl_free = self.ctrl_free.max(*done);
                 }
                 self.finish(q, t, r);
             }
+        }
+    }
+
+    /// Stop the device: it refuses every later request.
+    pub(super) fn fail(&mut self, e: FtlError) {
+        if self.fault.is_none() {
+            self.fault = Some(e.to_string());
         }
     }
 
@@ -105,9 +142,7 @@ impl Ssd {
                 self.complete(q, dispatch_ns, t, false, None);
             }
             Err(e) => {
-                if self.fault.is_none() {
-                    self.fault = Some(e.to_string());
-                }
+                self.fail(e);
                 self.complete(q, dispatch_ns, dispatch_ns, true, None);
             }
         }

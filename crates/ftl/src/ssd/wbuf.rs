@@ -1,4 +1,14 @@
 //! The write buffer and its flush to flash.
+//!
+//! Double-buffered and bounded: one half (`cap` pages, one per chip by
+//! default, so a flush stripes over every chip) fills while the pages of
+//! earlier flushes are being programmed. A flushed page keeps its slot until
+//! its program ends, and at most `2 * cap` pages are held in all; a write
+//! that finds no room waits for the earliest program to end (back-pressure,
+//! for every scheduler).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
@@ -6,14 +16,18 @@ use crate::error::FtlError;
 use crate::store::{Oob, PageKind};
 
 /// The write buffer: LPNs (and their data if the store keeps data) waiting
-/// to be programmed, plus the flash page each one replaces.
+/// to be programmed, plus the flash page each one replaces; and the slots
+/// of flushed pages whose programs have not ended yet.
 #[derive(Clone)]
 pub(super) struct WriteBuffer {
     pub(super) lpn: Vec<u32>,
     pub(super) prev: Vec<u32>,
     pub(super) data: Vec<u8>,
+    /// Pages of the filling half (a flush programs this many).
     pub(super) cap: usize,
     pub(super) page: usize,
+    /// When each flushed page's program ends (its slot frees then).
+    pub(super) inflight: BinaryHeap<Reverse<u64>>,
 }
 
 impl WriteBuffer {
@@ -25,6 +39,43 @@ impl WriteBuffer {
     }
     pub(super) fn slot_data(&mut self, slot: usize) -> &mut [u8] {
         &mut self.data[slot * self.page..(slot + 1) * self.page]
+    }
+    /// Pages the buffer may hold: both halves.
+    pub(super) fn bound(&self) -> usize {
+        2 * self.cap
+    }
+    /// Forget the flushed pages whose programs ended by `t`.
+    pub(super) fn release(&mut self, t: u64) {
+        while let Some(&Reverse(end)) = self.inflight.peek() {
+            if end > t {
+                break;
+            }
+            self.inflight.pop();
+        }
+    }
+    /// Pages held at `t`: filling plus flushed and not yet programmed.
+    pub(super) fn held_at(&self, t: u64) -> usize {
+        self.len() + self.inflight.iter().filter(|r| r.0 > t).count()
+    }
+    /// The earliest time at which `pages` more pages fit (a flush of the
+    /// filling half moves its pages to `inflight`: the total is the same).
+    /// Large writes that can never fit at once get the time every flushed
+    /// page is programmed; they then wait page by page.
+    pub(super) fn room_at(&self, pages: usize) -> u64 {
+        let over = (self.inflight.len() + self.len() + pages).saturating_sub(self.bound());
+        match over {
+            0 => 0,
+            1 => self.inflight.peek().map_or(0, |r| r.0),
+            _ => {
+                let mut ends: Vec<u64> = self.inflight.iter().map(|r| r.0).collect();
+                ends.sort_unstable();
+                ends.get(over - 1).or(ends.last()).copied().unwrap_or(0)
+            }
+        }
+    }
+    /// When every flushed page is programmed.
+    pub(super) fn drained_at(&self) -> u64 {
+        self.inflight.iter().map(|r| r.0).max().unwrap_or(0)
     }
 }
 
@@ -49,8 +100,10 @@ impl Ssd {
     }
 
     /// Program every buffered page (striped over the chips), placing the
-    /// operations at `t`. Returns when the last of them (and of the mapping
-    /// and GC work they caused) ends.
+    /// operations at `t`; each page's slot stays taken until its program
+    /// ends. Returns when the last of these data programs ends: the mapping
+    /// write-backs they cause are placed after them and any GC they set off
+    /// runs in the background, and neither is waited for.
     pub(crate) fn flush_buffer(&mut self, t: u64) -> Result<u64, FtlError> {
         if self.buf.len() == 0 {
             return Ok(t);
@@ -58,6 +111,7 @@ impl Ssd {
         self.stats.buffer_flushes += 1;
         let outer = self.horizon;
         self.horizon = t;
+        let mut data_end = t;
         // Fetch what the loop below touches at random all at once: the
         // owner entries and block counts of the pages being replaced, the
         // cache's state of each LPN. Independent misses overlap; in the loop
@@ -71,6 +125,8 @@ impl Ssd {
             self.cache.prefetch(self.buf.lpn[slot]);
         }
         let mut acts = self.take_acts();
+        // The mapping work, placed after every data program.
+        let mut deferred = self.take_acts();
         let mut result = Ok(());
         for slot in 0..self.buf.len() {
             let lpn = self.buf.lpn[slot];
@@ -81,7 +137,9 @@ impl Ssd {
                     break;
                 }
             };
-            self.op_program(ppa, t);
+            let end = self.op_program(ppa, t);
+            data_end = data_end.max(end);
+            self.buf.inflight.push(Reverse(end));
             self.seq += 1;
             if self.has_data {
                 let oob = Oob {
@@ -114,14 +172,14 @@ impl Ssd {
             } else {
                 self.stats.cmt_write_misses += 1;
             }
-            if !acts.is_empty() {
-                if let Err(e) = self.exec_acts(&acts, t, Cause::Write) {
-                    result = Err(e);
-                    break;
-                }
-            }
+            deferred.extend_from_slice(&acts);
         }
         self.put_acts(acts);
+        if result.is_ok() && !deferred.is_empty() {
+            result = self.exec_acts(&deferred, t, Cause::Write).map(|_| ());
+        }
+        deferred.clear();
+        self.put_acts(deferred);
         if result.is_err() {
             // Keep what was not programmed mapped to its old copy.
             for slot in 0..self.buf.len() {
@@ -134,8 +192,7 @@ impl Ssd {
         self.buf.lpn.clear();
         self.buf.prev.clear();
         result?;
-        let end = self.horizon;
-        self.horizon = outer.max(end);
-        Ok(end)
+        self.horizon = outer;
+        Ok(data_end)
     }
 }
