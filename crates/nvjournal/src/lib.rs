@@ -1,7 +1,7 @@
 //! `ptsd-nvjournal`: a lock-free partitioned journal on persistent memory.
 //!
 //! Built after "NVM-based concurrent journaling for journaling file
-//! systems" (`SEEDS.md` §2): the journal lives in a byte-addressable region
+//! systems" (`docs/papers.md` §2 in the repository): the journal lives in a byte-addressable region
 //! ([`PmemRegion`]: DAX with `MAP_SYNC`, else an mmap with `msync`, else a
 //! tmpfs file; or the crash-simulating [`CrashRegion`]), split into N
 //! partition rings. A block goes to ring `block % N`; a slot is claimed with

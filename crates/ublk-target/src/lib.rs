@@ -3,7 +3,8 @@
 //!
 //! The kernel's ublk driver hands block requests to a userspace daemon over
 //! io_uring. This crate is that daemon's request path, built the way the
-//! papers on fast-storage I/O stacks say (see `SEEDS.md` §3–4):
+//! papers on fast-storage I/O stacks say (`docs/papers.md` §3–4 in the
+//! repository):
 //!
 //! - **poll, don't sleep**: with polling on, a queue thread with requests in
 //!   flight spins between the kernel ring and its completion box instead of
