@@ -356,7 +356,19 @@ impl Epochs {
     #[inline]
     pub fn has_room(&self, epoch: u64) -> bool {
         epoch < self.done_below.load(Ordering::Relaxed) + self.done.len() as u64
-            || epoch < self.advance_done_below() + self.done.len() as u64
+            || epoch < self.advance_and_publish() + self.done.len() as u64
+    }
+
+    /// Like [`advance_done_below`](Self::advance_done_below), but always
+    /// publishes what it found. Room for an epoch must be granted only on
+    /// a published `done_below`: the epoch granted reuses the done mark of
+    /// one a lap older, and once it finishes that mark no longer shows the
+    /// older epoch done, so a later scan starting below the older epoch
+    /// (from a stale published value) would stop there for ever, and every
+    /// `begin` would wait for room that never comes.
+    fn advance_and_publish(&self) -> u64 {
+        let e = self.advance_done_below();
+        self.done_below.fetch_max(e, Ordering::AcqRel).max(e)
     }
 
     /// The transaction of `epoch` finished: done mark first, then (if it
@@ -452,7 +464,41 @@ impl Epochs {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::Cover;
+    use super::{Cover, Epochs};
+
+    /// Room granted after a scan that gained fewer than `PUBLISH_STRIDE`
+    /// epochs: the epoch a lap later reuses a done mark the published
+    /// `done_below` had not passed. It used to stay unpublished, and once the
+    /// later epoch finished, every scan stopped at the older one for ever
+    /// (both bench threads spun in `begin`).
+    #[test]
+    fn room_is_granted_only_on_a_published_done_below() {
+        let ring = 16;
+        let e = Epochs::new(1, ring);
+        for _ in 1..=3 {
+            let x = e.begin();
+            e.finish(x, true);
+        }
+        // Epochs 4..=16 open, then 17, which reuses epoch 1's mark.
+        let open: Vec<u64> = (4..=16).map(|_| e.begin()).collect();
+        let lap = e.begin();
+        assert_eq!(lap, 1 + ring as u64);
+        assert!(e.has_room(lap), "epoch 1 is done: its mark may be reused");
+        e.finish(lap, true);
+        for x in open {
+            e.finish(x, true);
+        }
+        // Every epoch up to 17 is done: a second lap past it must find room.
+        for _ in 18..=40 {
+            let x = e.begin();
+            assert!(
+                e.has_room(x),
+                "epoch {x}: no room although all before it are done"
+            );
+            e.finish(x, true);
+        }
+        assert_eq!(e.advance_done_below(), 41);
+    }
 
     fn cover(top: u64, excluded: &[u64]) -> Cover {
         Cover {
