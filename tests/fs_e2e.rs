@@ -1439,3 +1439,28 @@ fn sparse_seek_and_xattr_namespaces() {
     m.umount();
     m.fsck();
 }
+
+/// Issue 11 §5: symlink targets up to Linux's 4 095 bytes, across a remount.
+#[test]
+fn symlink_targets_up_to_4095_bytes() {
+    require_fuse!();
+    let mut m = Mounted::new("64M");
+    let target: String = (0..4095).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    std::os::unix::fs::symlink(&target, m.p("long")).unwrap();
+    std::os::unix::fs::symlink(&target[..3953], m.p("mid")).unwrap();
+    m.umount();
+    m.fsck();
+    m.mount();
+    assert_eq!(
+        std::fs::read_link(m.p("long")).unwrap().as_os_str(),
+        target.as_str()
+    );
+    assert_eq!(
+        std::fs::read_link(m.p("mid")).unwrap().as_os_str(),
+        &target[..3953]
+    );
+    assert_eq!(std::fs::symlink_metadata(m.p("long")).unwrap().len(), 4095);
+    std::fs::remove_file(m.p("long")).unwrap();
+    m.umount();
+    m.fsck();
+}

@@ -22,6 +22,7 @@ use crate::error::{Errno, FormatError};
 use crate::extent::ExtentMap;
 use crate::format::{
     decode_overflow, encode_overflow, DiskInode, Extent, INLINE_EXTENTS, OVERFLOW_EXTENTS,
+    SYMLINK_INLINE,
 };
 
 /// Overflow blocks needed for `extents` extents.
@@ -91,7 +92,8 @@ impl Chain {
             w.insert(d.ino, d.encode());
             return Ok(());
         }
-        let symlink = !d.symlink.is_empty();
+        // A short symlink target fills the inline extent area.
+        let symlink = (1..=SYMLINK_INLINE).contains(&d.symlink.len());
         let total = if symlink { 0 } else { ext.len() };
         let need = blocks_for(total);
         if need > self.blocks.len() {

@@ -27,6 +27,7 @@ use crate::format::*;
 use crate::store::Store;
 
 mod seek;
+mod symlink;
 mod xattr;
 
 pub use seek::Seek;
@@ -490,7 +491,7 @@ impl FileSystem {
             chain::LoadError::Read(e) => LoadErr::Store(e),
             chain::LoadError::Corrupt(e) => LoadErr::Format(e),
         })?;
-        Ok(Inode {
+        let mut g = Inode {
             ext,
             d,
             chain,
@@ -499,7 +500,11 @@ impl FileSystem {
             open_count: 0,
             freed: false,
             lookups: 0,
-        })
+        };
+        if g.d.mode & S_IFMT == S_IFLNK && symlink::is_long(g.d.symlink.len()) {
+            self.load_long_target(&mut g)?;
+        }
+        Ok(g)
     }
 
     /// Read a directory's blocks into its index.
@@ -907,7 +912,8 @@ impl FileSystem {
         if is_dir && p.d.nlink >= MAX_LINKS {
             return Err(Errno::EMLINK);
         }
-        let need = 1 + dir_need(&mut p, name.len());
+        let long = symlink.is_some_and(|t| symlink::is_long(t.len()));
+        let need = 1 + u64::from(long) + dir_need(&mut p, name.len());
         // A directory starts in a group of its own choosing; anything else
         // goes next to its directory.
         let goal = if is_dir {
@@ -938,15 +944,18 @@ impl FileSystem {
             node.d.parent = parent;
             node.dir = Some(DirIndex::new());
         }
+        let mut w = Writes::new();
         if let Some(t) = symlink {
             node.d.symlink = t.to_vec();
+            if long {
+                self.store_long_target(&mut node, &mut ctx, &mut w)?;
+            }
         }
         if open {
             node.open_count = 1;
         }
         // The reply hands the kernel its first reference.
         node.lookups = 1;
-        let mut w = Writes::new();
         let kind = node.kind();
         dir_add(&mut p, name, ino, kind, &mut ctx, &mut w)?;
         if is_dir {

@@ -24,9 +24,13 @@ pub const BLOCK_SIZE: usize = 4096;
 pub const SB_MAGIC: [u8; 8] = *b"PTSDFS\0\x01";
 /// Current format version.
 pub const VERSION: u32 = 1;
-/// Incompatible features this build understands (none yet beyond the base
-/// format); an image with other bits set is refused.
-pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
+/// Incompatible feature: symlink targets longer than [`SYMLINK_INLINE`]
+/// live in a data block (set when the first one is made; older builds,
+/// which would call such an inode corrupt, then refuse the image).
+pub const INCOMPAT_LONG_SYMLINKS: u64 = 1;
+/// Incompatible features this build understands; an image with other bits
+/// set is refused.
+pub const FEATURES_INCOMPAT_KNOWN: u64 = INCOMPAT_LONG_SYMLINKS;
 /// Compatible features: bit 0 = inode-per-block, bit 1 = extents,
 /// bit 2 = position-ordered directory blocks with a hash index.
 pub const FEATURES_COMPAT: u64 = 0b111;
@@ -35,8 +39,11 @@ pub const FEATURES_COMPAT: u64 = 0b111;
 pub const BITS_PER_GROUP: u64 = ((BLOCK_SIZE - 4) * 8) as u64;
 /// Longest file name.
 pub const NAME_MAX: usize = 255;
-/// Longest symlink target (stored inline in the inode block).
-pub const SYMLINK_MAX: usize = BLOCK_SIZE - INODE_PAYLOAD;
+/// Longest symlink target stored inline in the inode block; a longer one
+/// is the file's block 0.
+pub const SYMLINK_INLINE: usize = BLOCK_SIZE - INODE_PAYLOAD;
+/// Longest symlink target (Linux's PATH_MAX less the NUL).
+pub const SYMLINK_MAX: usize = 4095;
 /// Extents stored inline in an inode block.
 pub const INLINE_EXTENTS: usize = (BLOCK_SIZE - INODE_PAYLOAD) / EXTENT_SIZE;
 /// Extents per overflow block.
@@ -354,7 +361,9 @@ pub struct DiskInode {
     pub overflow: u64,
     /// Extents stored inline (at most [`INLINE_EXTENTS`]).
     pub inline_extents: Vec<Extent>,
-    /// Symlink target (symlinks only).
+    /// Symlink target (symlinks only). One longer than [`SYMLINK_INLINE`]
+    /// is stored in the file's block 0; [`DiskInode::decode`] gives zeroes
+    /// of its length.
     pub symlink: Vec<u8>,
 }
 
@@ -384,13 +393,13 @@ impl DiskInode {
         put_u32(&mut b, 120, self.nextents);
         put_u64(&mut b, 128, self.overflow);
         put_u32(&mut b, 136, self.symlink.len() as u32);
-        if self.symlink.is_empty() {
+        if (1..=SYMLINK_INLINE).contains(&self.symlink.len()) {
+            let n = self.symlink.len();
+            b[INODE_PAYLOAD..INODE_PAYLOAD + n].copy_from_slice(&self.symlink[..n]);
+        } else {
             for (i, e) in self.inline_extents.iter().take(INLINE_EXTENTS).enumerate() {
                 put_extent(&mut b, INODE_PAYLOAD + i * EXTENT_SIZE, e);
             }
-        } else {
-            let n = self.symlink.len().min(SYMLINK_MAX);
-            b[INODE_PAYLOAD..INODE_PAYLOAD + n].copy_from_slice(&self.symlink[..n]);
         }
         seal(&mut b, 4);
         b
@@ -420,15 +429,17 @@ impl DiskInode {
             return Err(bad(format!("symlink length {symlen}")));
         }
         let mut inline_extents = Vec::new();
-        let mut symlink = Vec::new();
-        if symlen > 0 {
-            symlink = b[INODE_PAYLOAD..INODE_PAYLOAD + symlen].to_vec();
+        let symlink = if (1..=SYMLINK_INLINE).contains(&symlen) {
+            b[INODE_PAYLOAD..INODE_PAYLOAD + symlen].to_vec()
         } else {
             let n = (nextents as usize).min(INLINE_EXTENTS);
             for i in 0..n {
                 inline_extents.push(get_extent(b, INODE_PAYLOAD + i * EXTENT_SIZE));
             }
-        }
+            // A long target is the file's block 0: zeroes here, for the
+            // reader of that block to fill in.
+            vec![0; symlen]
+        };
         Ok(DiskInode {
             ino,
             generation: get_u64(b, 16),

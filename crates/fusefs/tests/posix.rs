@@ -104,3 +104,37 @@ fn seek_data_and_seek_hole_find_real_holes() {
     let a = fs.lookup(fs.root(), b"f").unwrap();
     assert_eq!(fs.seek(a.ino, 0, Data), Ok(1 << 20));
 }
+
+#[test]
+fn symlink_targets_up_to_4095_bytes() {
+    let (dev, fs) = fresh(512);
+    let root = fs.root();
+    let target = |n: usize| -> Vec<u8> { (0..n).map(|i| b'a' + (i % 26) as u8).collect() };
+    for n in [1, 3952, 3953, 4095] {
+        let name = format!("l{n}");
+        let a = fs.symlink(root, name.as_bytes(), &target(n), ME).unwrap();
+        assert_eq!(a.size, n as u64);
+        assert_eq!(fs.readlink(a.ino).unwrap(), target(n));
+    }
+    assert_eq!(
+        fs.symlink(root, b"l4096", &target(4096), ME).map(|_| ()),
+        Err(Errno::ENAMETOOLONG)
+    );
+    let free = fs.statfs().bfree;
+    fs.unlink(root, b"l3953").unwrap();
+    // The inode and the target's block.
+    assert_eq!(fs.statfs().bfree, free + 2);
+    fs.close().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = remount(&dev);
+    for n in [1, 3952, 4095] {
+        let a = fs.lookup(fs.root(), format!("l{n}").as_bytes()).unwrap();
+        assert_eq!(
+            fs.readlink(a.ino).unwrap(),
+            target(n),
+            "{n} bytes after a remount"
+        );
+    }
+    assert_eq!(fs.superblock().features_incompat, 1);
+}
