@@ -30,6 +30,9 @@ finish() {
     poweroff -f
 }
 trap finish EXIT
+# The DAX tests (/lib/dax.sh = tests/vm/dax.sh); a power-cut boot runs
+# only its own part there and ends.
+. /lib/dax.sh
 
 if ! insmod /lib/ublk_drv.ko; then
     result insmod FAIL "cannot load ublk_drv"
@@ -286,3 +289,5 @@ for scenario in /lib/vm-scenarios/*.sh; do
 done
 
 check del-all sh -c 'ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk add --daemon --mem --size 16M >/dev/null && ptsd ublk del --all && sleep 0.5 && ! ls /dev/ublkb* 2>/dev/null'
+
+dax_checks

@@ -16,6 +16,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 cache=$root/target/vm-cache
 mkdir -p "$cache"
+. tests/vm/dax-host.sh
 t0=$(date +%s)
 log() { echo "== vm: [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -38,7 +39,7 @@ fi
 [ -n "$pkg" ] || { echo "vm test: no linux-image-6.12.*-cloud-amd64-unsigned in apt"; exit 1; }
 kdir=$cache/$pkg
 nvmet_mods="configfs nvmet nvmet-tcp nvme-fabrics nvme-tcp"
-if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd.ko" ] || [ ! -f "$kdir/.nvmet" ]; then
+if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd.ko" ] || [ ! -f "$kdir/.nvmet" ] || [ ! -f "$kdir/nfit.ko" ]; then
     log "downloading $pkg"
     rm -rf "$kdir.tmp" && mkdir -p "$kdir.tmp"
     (cd "$kdir.tmp" && apt-get download -q "$pkg" >/dev/null 2>&1 || apt-get download "$pkg")
@@ -49,7 +50,8 @@ if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd
     # latency figures); neither depends on another module.
     # The NVMe target and initiator over TCP (the export test): loaded in
     # this order, each needing only the ones before it (or nothing).
-    for m in ublk_drv brd $nvmet_mods; do
+    # And the NVDIMM stack for the DAX tests (dax-host.sh).
+    for m in ublk_drv brd $nvmet_mods $dax_modules; do
         ko=$(find "$kdir.tmp/x" -name "$m.ko*" | head -1)
         [ -n "$ko" ] || continue
         case "$ko" in
@@ -129,6 +131,7 @@ for lib in $(LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -o
     mkdir -p "$rd$(dirname "$dest")"
     [ -e "$rd$dest" ] || cp -L "$lib" "$rd$dest"
 done
+dax_host_build
 cp "${PTSD_VM_INIT:-tests/vm/guest-init.sh}" "$rd/init"
 # Scenarios in files of their own, sourced by /init.
 mkdir -p "$rd/lib/vm-scenarios" && cp tests/vm/scenarios/*.sh "$rd/lib/vm-scenarios/"
@@ -142,10 +145,13 @@ chmod +x "$rd/init"
 # ~0.5 ms here vs 5-9 ms with multi-threaded TCG).
 out=$cache/console.log
 log "booting (TCG); console in $out"
-timeout "${PTSD_VM_TIMEOUT:-420}" qemu-system-x86_64 -accel "${PTSD_VM_ACCEL:-tcg,thread=single}" -m 2048 -smp "${PTSD_VM_SMP:-2}" -nographic -no-reboot \
-    -kernel "$kdir/vmlinuz" -initrd "$cache/initrd.gz" \
+dax_qemu_args
+qemu=(qemu-system-x86_64 -accel "${PTSD_VM_ACCEL:-tcg,thread=single}" -smp "${PTSD_VM_SMP:-2}" -nographic -no-reboot
+    -kernel "$kdir/vmlinuz" -initrd "$cache/initrd.gz" "${dax_qemu[@]}")
+timeout "${PTSD_VM_TIMEOUT:-600}" "${qemu[@]}" \
     -append "console=ttyS0 quiet panic=-1 ${PTSD_VM_APPEND:-}" > "$out" 2>&1 || true
 tr -d '\r' < "$out" > "$out.txt"
+dax_powercut_boots
 
 grep -E '^PTSD-VM(-FIG)?:' "$out.txt" || true
 pass=$(grep -c '^PTSD-VM: [^ ]* PASS' "$out.txt" || true)
