@@ -28,6 +28,7 @@ use crate::store::Store;
 
 mod seek;
 mod symlink;
+mod tmpfile;
 mod xattr;
 
 pub use seek::Seek;
@@ -1026,6 +1027,14 @@ impl FileSystem {
         self.writable()?;
         check_name(newname)?;
         let mut held = self.lock_sorted(&[ino, newparent])?;
+        // No links yet: an O_TMPFILE file (the kernel links no other
+        // unlinked inode), whose orphan entry goes with its first name.
+        let mut unnamed = held.get(ino).d.nlink == 0;
+        if unnamed {
+            drop(held);
+            held = self.lock_sorted(&[ino, newparent, self.layout.orphan])?;
+            unnamed = held.get(ino).d.nlink == 0;
+        }
         if held.get(ino).is_dir() {
             return Err(Errno::EPERM);
         }
@@ -1052,6 +1061,9 @@ impl FileSystem {
             dir_add(p, newname, ino, kind, &mut ctx, &mut w)?;
             touch_dir(p, now);
             put_inode(p, Some(&mut ctx), &mut w)?;
+        }
+        if unnamed {
+            self.unorphan(&mut held, ino, &mut w)?;
         }
         let attr = {
             let i = held.get(ino);
