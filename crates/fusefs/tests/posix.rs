@@ -176,3 +176,64 @@ fn tmpfile_linked_released_and_orphaned_by_a_crash() {
     drop(fs);
     fsck_clean(&dev);
 }
+
+/// Counts the device reads of a memory device.
+struct Counting {
+    inner: MemDevice,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl BlockDevice for Counting {
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read(&self, block: u64, buf: &mut [u8]) -> Result<(), ptsd_blockdev::BlockError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.read(block, buf)
+    }
+    fn write(&self, block: u64, buf: &[u8]) -> Result<(), ptsd_blockdev::BlockError> {
+        self.inner.write(block, buf)
+    }
+    fn flush(&self) -> Result<(), ptsd_blockdev::BlockError> {
+        self.inner.flush()
+    }
+    fn discard(&self, block: u64, count: u64) -> Result<(), ptsd_blockdev::BlockError> {
+        self.inner.discard(block, count)
+    }
+}
+
+/// Holes and preallocated blocks read as zeroes without device I/O.
+#[test]
+fn reading_holes_does_no_device_io() {
+    let dev = Arc::new(Counting {
+        inner: MemDevice::new(4096, 4096).unwrap(),
+        reads: Default::default(),
+    });
+    let store = Arc::new(DirectStore::new(dev.clone()).unwrap());
+    mkfs(&*store, &MkfsOptions::default()).unwrap();
+    let fs = FileSystem::mount(store).unwrap();
+    let f = fs.create(fs.root(), b"f", 0o644, ME).unwrap();
+    fs.fallocate(f.ino, 0, 4 << 20, 0).unwrap();
+    fs.setattr(
+        f.ino,
+        ptsd_fs::SetAttr {
+            size: Some(1 << 30),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let before = dev.reads.load(std::sync::atomic::Ordering::Relaxed);
+    for off in (0..64u64 << 20).step_by(128 << 10) {
+        assert!(fs
+            .read(f.ino, off, 128 << 10)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0));
+    }
+    assert_eq!(dev.reads.load(std::sync::atomic::Ordering::Relaxed), before);
+    fs.release(f.ino).unwrap();
+}
