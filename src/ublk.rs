@@ -137,7 +137,7 @@ pub fn run(cmd: UblkCmd) -> Result<()> {
             let dev = PathBuf::from(format!("/dev/ublkb{id}"));
             let nvmet = ptsd_ublk::nvmet::Nvmet::system();
             let e = ptsd_ublk::nvmet::export(&nvmet, &format!("ublkb{id}"), &dev, nvmet_tcp)?;
-            println!(
+            outln!(
                 "{} exported as {} on tcp {} (nvmet port {}); connect: nvme connect -t tcp -a {} -s {} -n {}",
                 dev.display(),
                 e.nqn,
@@ -152,7 +152,7 @@ pub fn run(cmd: UblkCmd) -> Result<()> {
         UblkCmd::Unexport { id } => {
             let nvmet = ptsd_ublk::nvmet::Nvmet::system();
             ptsd_ublk::nvmet::unexport(&nvmet, &format!("ublkb{id}"))?;
-            println!("/dev/ublkb{id} is no longer exported");
+            outln!("/dev/ublkb{id} is no longer exported");
             Ok(())
         }
         UblkCmd::Verify(args) => verify(args),
