@@ -2,13 +2,14 @@
 //! real data, under a virtual or a wall clock.
 
 use std::collections::HashMap;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use ptsd_blockdev::{check_range, check_request, BlockDevice, BlockError};
 
-use crate::error::RequestError;
+use crate::error::{DeviceFault, RequestError};
 use crate::request::{Op, Request};
 use crate::ssd::{Done, Payload, Ssd};
 use crate::FtlStats;
@@ -178,7 +179,7 @@ impl<C: Clock> SsdDevice<C> {
             let now = self.clock.now_ns();
             g.ssd
                 .submit(now, Request { id, op, lpn, pages }, payload)
-                .map_err(|e| request_error(e, lpn, pages, self.pages))?;
+                .map_err(|e| request_error(e, op, lpn, pages, self.pages))?;
             id
         };
         loop {
@@ -191,8 +192,13 @@ impl<C: Clock> SsdDevice<C> {
                 }
                 if let Some(d) = g.finished.remove(&id) {
                     if d.failed {
-                        let why = g.ssd.fault().unwrap_or("device failed").to_string();
-                        return Err(BlockError::Io(std::io::Error::other(why)));
+                        return Err(match (d.error, g.ssd.fault()) {
+                            (Some(e), _) => request_error(*e, op, lpn, pages, self.pages),
+                            (None, Some(f)) => fault_error(op, f.clone()),
+                            (None, None) => {
+                                BlockError::Io(io::Error::other("the SSD failed the request"))
+                            }
+                        });
                     }
                     return Ok(d.payload);
                 }
@@ -208,15 +214,30 @@ impl<C: Clock> SsdDevice<C> {
     }
 }
 
-fn request_error(e: RequestError, lpn: u64, pages: u32, capacity: u64) -> BlockError {
+/// A request the engine refused, as a `BlockError`; the engine's error
+/// travels inside the `io::Error` (typed, for `source()`/downcasting).
+fn request_error(e: RequestError, op: Op, lpn: u64, pages: u32, capacity: u64) -> BlockError {
     match e {
         RequestError::OutOfRange { .. } => BlockError::OutOfRange {
             block: lpn,
             count: u64::from(pages),
             capacity,
         },
-        other => BlockError::Io(std::io::Error::other(other.to_string())),
+        RequestError::Failed(f) => fault_error(op, f),
+        other => BlockError::Io(io::Error::new(io::ErrorKind::InvalidInput, other)),
     }
+}
+
+/// The device has stopped. An out-of-space fault is `StorageFull` for a
+/// write, flush or discard, so the file system above answers ENOSPC, not
+/// EIO; a read of a stopped device, or any other fault, is an I/O error.
+fn fault_error(op: Op, f: DeviceFault) -> BlockError {
+    let kind = if f.is_no_space() && op != Op::Read {
+        io::ErrorKind::StorageFull
+    } else {
+        io::ErrorKind::Other
+    };
+    BlockError::Io(io::Error::new(kind, f))
 }
 
 impl<C: Clock> BlockDevice for SsdDevice<C> {

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use thiserror::Error;
 
 use crate::config::ConfigError;
@@ -21,9 +23,41 @@ pub enum FtlError {
     #[error("{0} requests are still outstanding")]
     Busy(usize),
     /// A previous error stopped the device.
-    #[error("device failed earlier: {0}")]
-    Failed(String),
+    #[error("device failed earlier")]
+    Failed(#[source] DeviceFault),
 }
+
+/// The error that stopped a device for good ([`Ssd::fault`](crate::Ssd::fault)).
+/// Shared: every later request is refused with the same fault.
+#[derive(Debug, Clone, Error)]
+#[error(transparent)]
+pub struct DeviceFault(Arc<FtlError>);
+
+impl DeviceFault {
+    pub(crate) fn new(e: FtlError) -> Self {
+        DeviceFault(Arc::new(e))
+    }
+
+    /// The engine error that stopped the device.
+    pub fn error(&self) -> &FtlError {
+        &self.0
+    }
+
+    /// The device ran out of flash space: a write the user sees fail with
+    /// ENOSPC, not EIO.
+    pub fn is_no_space(&self) -> bool {
+        matches!(*self.0, FtlError::NoSpace)
+    }
+}
+
+/// The same fault (one device stops once).
+impl PartialEq for DeviceFault {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for DeviceFault {}
 
 /// A request the SSD refuses; nothing was changed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -50,6 +84,6 @@ pub enum RequestError {
     /// caller had no buffer for it when the SSD served it.
     #[error("no caller buffer for {op:?} request {id}")]
     BufferMissing { id: u64, op: crate::Op },
-    #[error("the SSD failed earlier and accepts no more requests: {0}")]
-    Failed(String),
+    #[error("the SSD failed earlier and accepts no more requests")]
+    Failed(#[source] DeviceFault),
 }

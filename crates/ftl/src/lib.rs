@@ -32,7 +32,7 @@ pub use config::{
 };
 pub use counters::{ByCause, FtlStats};
 pub use device::{Clock, SsdDevice, VirtualClock, WallClock};
-pub use error::{FtlError, RequestError};
+pub use error::{DeviceFault, FtlError, RequestError};
 pub use request::{Completion, Op, Request};
 pub mod sim;
 pub mod stats;

@@ -98,9 +98,29 @@ impl From<FormatError> for Errno {
     }
 }
 
+impl StoreError {
+    /// The errno a user sees for this failure: ENOSPC when the device ran
+    /// out of space (an `io::Error` of kind `StorageFull` anywhere in the
+    /// cause chain: an emulated SSD whose flash is full, or a file device on
+    /// a full host file system), EIO for everything else (media errors, a
+    /// device gone, a failed journal).
+    pub fn errno(&self) -> Errno {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::StorageFull {
+                    return Errno::ENOSPC;
+                }
+            }
+            cause = e.source();
+        }
+        Errno::EIO
+    }
+}
+
 impl From<StoreError> for Errno {
     fn from(e: StoreError) -> Self {
         tracing::error!("store error: {e}");
-        Errno::EIO
+        e.errno()
     }
 }

@@ -650,9 +650,12 @@ impl FileSystem {
                 Ok(())
             }
             Err(e) => {
-                tracing::error!("journal transaction failed, file system is now read-only: {e}");
+                // Like ext4's errors=remount-ro: this operation fails with
+                // the cause's errno (ENOSPC if the device is full, else
+                // EIO), every later change with EROFS until a remount.
+                tracing::error!("transaction failed, file system is now read-only: {e}");
                 self.failed.store(true, Ordering::SeqCst);
-                Err(Errno::EIO)
+                Err(e.errno())
             }
         }
     }

@@ -378,11 +378,10 @@ fn replay(ssd: &mut Ssd, records: Vec<Logged>) -> Result<(), String> {
             ssd.advance(t, &mut done);
         }
         if let Some(d) = done.iter().find(|d| d.failed) {
-            return Err(format!(
-                "record {}: {}",
-                d.completion.id,
-                ssd.fault().unwrap_or("the SSD failed it")
-            ));
+            return Err(match ssd.fault() {
+                Some(f) => format!("record {}: {f}", d.completion.id),
+                None => format!("record {}: the SSD failed it", d.completion.id),
+            });
         }
         done.clear();
     }

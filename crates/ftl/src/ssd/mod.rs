@@ -13,7 +13,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use crate::bigvec::{prefetch, BigVec};
 use crate::config::{FtlConfig, Geometry, StoreKind};
 use crate::counters::FtlStats;
-use crate::error::{FtlError, RequestError};
+use crate::error::{DeviceFault, FtlError, RequestError};
 use crate::fastdiv::Divisor;
 use crate::flash::{Flash, INVALID, POOL_DATA};
 use crate::mapping::{self, MapAction, MapCache};
@@ -147,7 +147,7 @@ pub struct Ssd {
     /// Trim-record pages on flash since the last checkpoint.
     pub(crate) trim_pages: Vec<u32>,
     pub(crate) stats: FtlStats,
-    fault: Option<String>,
+    fault: Option<DeviceFault>,
     /// Persistent store: mapping pages whose flash copy is older than the
     /// map (bit per mapping page), written at a checkpoint.
     map_stale: Vec<u64>,
@@ -362,8 +362,15 @@ impl Ssd {
     }
 
     /// The error that stopped the device, if any.
-    pub fn fault(&self) -> Option<&str> {
-        self.fault.as_deref()
+    pub fn fault(&self) -> Option<&DeviceFault> {
+        self.fault.as_ref()
+    }
+
+    /// Stop the device as if serving a request had failed with `e`: every
+    /// later request is refused with it. Fault injection for the layers
+    /// above (the configuration checks keep a real `NoSpace` rare).
+    pub fn inject_fault(&mut self, e: FtlError) {
+        self.fail(e);
     }
 
     /// Requests queued, held or in service.

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 
 use super::{DataIo, Done, Pick, Queued, Ssd};
 use crate::config::{SchedulerKind, WriteStop};
-use crate::error::{FtlError, RequestError};
+use crate::error::{DeviceFault, FtlError, RequestError};
 use crate::request::{Completion, Op};
 
 impl Ssd {
@@ -123,7 +123,7 @@ impl Ssd {
     /// Stop the device: it refuses every later request.
     pub(super) fn fail(&mut self, e: FtlError) {
         if self.fault.is_none() {
-            self.fault = Some(e.to_string());
+            self.fault = Some(DeviceFault::new(e));
         }
     }
 
