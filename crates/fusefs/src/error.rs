@@ -13,6 +13,10 @@ pub enum FormatError {
         block: u64,
         why: String,
     },
+    /// A metadata block does not start with its kind's magic: another kind
+    /// of block (a freed and reused inode number, say) or one never written.
+    #[error("corrupt {what} at block {block}: bad magic")]
+    BadMagic { what: &'static str, block: u64 },
     /// The image was made by an unknown format version.
     #[error("unsupported ptsd-fs format version {0}")]
     Version(u32),

@@ -479,9 +479,7 @@ impl FileSystem {
         let d = match DiskInode::decode(&b, ino) {
             Ok(d) => d,
             // A stale number whose block now holds something else.
-            Err(FormatError::Corrupt { why, .. }) if why == "bad magic" => {
-                return Err(LoadErr::Stale)
-            }
+            Err(FormatError::BadMagic { .. }) => return Err(LoadErr::Stale),
             Err(e) => return Err(e.into()),
         };
         let (ext, chain) = chain::load(&d, data_start..num_blocks, |blk| {

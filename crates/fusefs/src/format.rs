@@ -109,11 +109,7 @@ fn check(b: &[u8], at: usize, magic: u32, what: &'static str, blk: u64) -> Resul
         });
     }
     if get_u32(b, 0) != magic {
-        return Err(FormatError::Corrupt {
-            what,
-            block: blk,
-            why: "bad magic".into(),
-        });
+        return Err(FormatError::BadMagic { what, block: blk });
     }
     if get_u32(b, at) != block_crc(b, at) {
         return Err(FormatError::Corrupt {
@@ -707,6 +703,12 @@ mod tests {
         assert!(matches!(
             DiskInode::decode(&b, 77),
             Err(FormatError::Corrupt { .. })
+        ));
+        // Not an inode at all (a data block, or never written): a typed
+        // bad magic, which the file system takes for a stale inode number.
+        assert!(matches!(
+            DiskInode::decode(&[0u8; BLOCK_SIZE], 77),
+            Err(FormatError::BadMagic { block: 77, .. })
         ));
     }
 
