@@ -83,39 +83,47 @@ rk_files_intact() { # WHAT
     }
 }
 
+# kill -9 the daemon of device ID, recover it; the times go to the figures
+# as "LABEL: kill->quiesced ..., quiesced->live ...".
+rk_kill_recover() { # ID LABEL
+    pid=$(rk_daemon_pid "$1") || { echo "no pid file"; return 1; }
+    t0=$(up)
+    kill -9 "$pid"
+    wait_state "$1" quiesced || { echo "device never quiesced"; ptsd ublk list; return 1; }
+    t1=$(up)
+    logged=$(wc -l < /run/ptsd-ublk/daemon.log)
+    # (info level: the daemon reports how many logged writes it replayed)
+    RUST_LOG=ptsd_ublk=info ptsd ublk recover "$1" --daemon > /dev/null || { echo "recover failed"; return 1; }
+    t2=$(up)
+    wait_state "$1" live || { echo "device not live after recover"; ptsd ublk list; return 1; }
+    t3=$(up)
+    replayed=$(tail -n +$((logged + 1)) /run/ptsd-ublk/daemon.log | grep -o 'records[^0-9]*[0-9]*' | grep -o '[0-9]*$' | head -n 1)
+    echo "kill-recover $2: kill->quiesced $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}') s, recover command $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", b-a}') s, quiesced->live $(awk -v a="$t1" -v b="$t3" 'BEGIN{printf "%.2f", b-a}') s, ${replayed:-0} logged writes replayed" >> $RK/figs
+    new=$(rk_daemon_pid "$1")
+    [ "$(readlink /proc/"$new"/ns/mnt)" = "$(readlink /proc/1/ns/mnt)" ] ||
+        { echo "the recovered daemon has a mount namespace of its own"; return 1; }
+}
+
 rk_cycle() { # DEV ID CYCLE
     dev=$1; id=$2; RK_CYCLE=$3
     mount -t ext4 "$dev" /mnt/rk || { echo "mount failed (cycle $3)"; return 1; }
     dmesg -c > /dev/null
-    for n in 1 2 3; do rk_writer $n & done
-    # A raw write flushed before the kill, and one only acknowledged.
+    # Raw writes, with ext4 mounted but idle (so that no fsync flushes
+    # them by the way): one flushed, one only acknowledged, then the kill.
     rk_raw_write "$dev" $((2 * $3)) &&
         dd if=/dev/null of="$dev" conv=fsync,notrunc 2>/dev/null || { echo "raw write + flush failed"; return 1; }
     rk_raw_write "$dev" $((2 * $3 + 1)) || { echo "raw write failed"; return 1; }
     rk_raw_check "$dev" $((2 * $3 + 1)) "does not read back before the kill" || return 1
-    sleep 3
-    pid=$(rk_daemon_pid "$id") || { echo "no pid file"; return 1; }
-    t0=$(up)
-    kill -9 "$pid"
-    wait_state "$id" quiesced || { echo "device never quiesced"; ptsd ublk list; return 1; }
-    t1=$(up)
-    logged=$(wc -l < /run/ptsd-ublk/daemon.log)
-    # (info level: the daemon reports how many logged writes it replayed)
-    RUST_LOG=ptsd_ublk=info ptsd ublk recover "$id" --daemon > /dev/null || { echo "recover failed"; return 1; }
-    t2=$(up)
-    wait_state "$id" live || { echo "device not live after recover"; ptsd ublk list; return 1; }
-    t3=$(up)
-    echo "kill-recover cycle $3: kill->quiesced $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}') s, recover command $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", b-a}') s, quiesced->live $(awk -v a="$t1" -v b="$t3" 'BEGIN{printf "%.2f", b-a}') s" >> $RK/figs
-    replayed=$(tail -n +$((logged + 1)) /run/ptsd-ublk/daemon.log | grep -o 'records[^0-9]*[0-9]*' | grep -o '[0-9]*$' | head -n 1)
-    echo "kill-recover cycle $3: ${replayed:-0} acknowledged-but-unflushed writes replayed from the log" >> $RK/figs
-    new=$(rk_daemon_pid "$id")
-    [ "$(readlink /proc/"$new"/ns/mnt)" = "$(readlink /proc/1/ns/mnt)" ] ||
-        { echo "the recovered daemon has a mount namespace of its own"; return 1; }
+    rk_kill_recover "$id" "cycle $3 raw" || return 1
     # The acknowledged-only raw write: a FLUSH now succeeds, so it must be
     # there.
     dd if=/dev/null of="$dev" conv=fsync,notrunc 2>/dev/null || { echo "FLUSH after recovery failed"; return 1; }
     rk_raw_check "$dev" $((2 * $3 + 1)) "acknowledged before the kill, lost although the next FLUSH succeeded" || return 1
     rk_raw_check "$dev" $((2 * $3)) "flushed before the kill, lost" || return 1
+    # Now the writers, and a kill while they write and fsync.
+    for n in 1 2 3; do rk_writer $n & done
+    sleep 3
+    rk_kill_recover "$id" "cycle $3 ext4 busy" || return 1
     sleep 2 # the writers go on on the new daemon
     rk_stop_writers
     if cat $RK/w*.err 2>/dev/null | grep -q .; then
