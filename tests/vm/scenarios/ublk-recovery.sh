@@ -97,7 +97,9 @@ rk_kill_recover() { # ID LABEL
     t2=$(up)
     wait_state "$1" live || { echo "device not live after recover"; ptsd ublk list; return 1; }
     t3=$(up)
-    replayed=$(tail -n +$((logged + 1)) /run/ptsd-ublk/daemon.log | grep -o 'records[^0-9]*[0-9]*' | grep -o '[0-9]*$' | head -n 1)
+    # (the log line is coloured: drop the escape sequences first)
+    replayed=$(tail -n +$((logged + 1)) /run/ptsd-ublk/daemon.log | grep "replayed acknowledged writes" |
+        tr -d '\033' | sed 's/\[[0-9;]*m//g' | grep -o 'records=[0-9]*' | head -n 1 | cut -d= -f2)
     echo "kill-recover $2: kill->quiesced $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}') s, recover command $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", b-a}') s, quiesced->live $(awk -v a="$t1" -v b="$t3" 'BEGIN{printf "%.2f", b-a}') s, ${replayed:-0} logged writes replayed" >> $RK/figs
     new=$(rk_daemon_pid "$1")
     [ "$(readlink /proc/"$new"/ns/mnt)" = "$(readlink /proc/1/ns/mnt)" ] ||
