@@ -50,6 +50,10 @@ pub enum ImageError {
     HeaderChecksum,
     #[error("image checkpoint is corrupt (checksum mismatch)")]
     CheckpointChecksum,
+    #[error(
+        "physical page {ppa} does not match its checksum (corrupt, lost or misdirected write)"
+    )]
+    PageChecksum { ppa: u32 },
     #[error("image geometry {found} differs from the configuration's {expected}")]
     Geometry { found: String, expected: String },
     #[error("device of {have} bytes is too small for the image ({needed} bytes)")]
@@ -281,6 +285,17 @@ impl Store for PersistentStore {
 
     fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
         self.dev.read(self.data_block(ppa), buf)?;
+        // The entry holds the crc of what was programmed: a flipped bit, a
+        // lost or misdirected device write shows here as an error, never as
+        // another page's (or stale) data handed up — or copied on by GC
+        // under a fresh crc.
+        if let Some(e) = self.entry(ppa) {
+            if matches!(e.oob.kind, PageKind::Data | PageKind::Map)
+                && crc32c::crc32c(buf) != e.data_crc
+            {
+                return Err(ImageError::PageChecksum { ppa }.into());
+            }
+        }
         Ok(())
     }
 

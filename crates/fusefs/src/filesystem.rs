@@ -1396,6 +1396,11 @@ impl FileSystem {
                 .ok_or(Errno::EIO)?
                 .remove(name);
             put_dir_block(held.get(parent), src.blk, &mut w)?;
+            if crate::bugs::active("rename_split") {
+                // Injected bug: the source directory's block goes in a
+                // transaction of its own, before the target's.
+                self.commit(std::mem::take(&mut w), None)?;
+            }
             if let Some(d) = dst {
                 let e = held
                     .get(newparent)

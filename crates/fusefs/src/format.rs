@@ -121,6 +121,10 @@ fn check(b: &[u8], at: usize, magic: u32, what: &'static str, blk: u64) -> Resul
     Ok(())
 }
 
+/// The superblock's first sector, which holds every field and its own crc
+/// (in its last 4 bytes).
+const SB_SECTOR: usize = 512;
+
 /// The superblock (block 0).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -161,6 +165,11 @@ impl Superblock {
         put_u32(&mut b, 100, self.mount_count);
         put_u64(&mut b, 104, self.mkfs_time);
         put_u64(&mut b, 112, self.gen_seed);
+        // Two crcs: the first sector's own (every field lives there), and
+        // the whole block's. The superblock is rewritten in place at every
+        // mount and unmount; a write torn after the first 512-byte sector
+        // still leaves a valid first sector.
+        seal(&mut b[..SB_SECTOR], SB_SECTOR - 4);
         seal(&mut b, BLOCK_SIZE - 4);
         b
     }
@@ -170,7 +179,9 @@ impl Superblock {
         if b.len() < BLOCK_SIZE || b[0..8] != SB_MAGIC {
             return Err(FormatError::NotPtsd);
         }
-        if get_u32(b, BLOCK_SIZE - 4) != block_crc(&b[..BLOCK_SIZE], BLOCK_SIZE - 4) {
+        let whole_ok = get_u32(b, BLOCK_SIZE - 4) == block_crc(&b[..BLOCK_SIZE], BLOCK_SIZE - 4);
+        let sector_ok = get_u32(b, SB_SECTOR - 4) == block_crc(&b[..SB_SECTOR], SB_SECTOR - 4);
+        if !whole_ok && !sector_ok {
             return Err(FormatError::Corrupt {
                 what: "superblock",
                 block: 0,

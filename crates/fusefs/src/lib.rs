@@ -26,6 +26,7 @@
 
 pub mod alloc;
 mod chain;
+mod bugs;
 pub mod dir;
 pub mod error;
 pub mod extent;

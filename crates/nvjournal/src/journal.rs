@@ -802,6 +802,11 @@ pub(crate) fn write_record(region: &dyn Persist, geo: &Geometry, rec: &Record) {
             buf.len().next_multiple_of(64).min(geo.record_size as usize),
             0,
         );
+        if crate::bugs::active("commit_no_flush") && rec.kind == RecordKind::Commit {
+            // Injected bug: the commit record is stored but never flushed.
+            region.write(off, &buf[..]);
+            return;
+        }
         // SAFETY: see above: no other thread writes or reads the commit
         // area meanwhile.
         unsafe {
@@ -1536,7 +1541,12 @@ impl Inner {
     /// durable, drop checkpointed blocks from the index, free ring space.
     fn finish_round(&self) -> Result<()> {
         self.check_running()?;
-        self.device.flush()?;
+        // Injected bug: ring space freed (checkpoint record) before the
+        // device flush that makes the checkpointed blocks durable.
+        let early_free = crate::bugs::active("ckpt_free_before_flush");
+        if !early_free {
+            self.device.flush()?;
+        }
         let results: Vec<(u64, Vec<(u64, u64)>)> = self
             .parts
             .iter()
@@ -1549,6 +1559,9 @@ impl Inner {
             }
             d.write(RecordKind::Checkpoint, self.region.as_ref(), &self.geo);
             self.region.sync()?;
+        }
+        if early_free {
+            self.device.flush()?;
         }
         let mut blocks = 0;
         for (part, (new_tail, mut written)) in self.parts.iter().zip(results) {

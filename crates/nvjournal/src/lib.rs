@@ -39,6 +39,7 @@
 //! assert_eq!(buf, vec![2u8; 4096]);
 //! ```
 
+mod bugs;
 mod crash;
 mod error;
 mod flush;
