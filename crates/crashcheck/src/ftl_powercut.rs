@@ -97,7 +97,8 @@ pub fn scheme_of(data: &[u8]) -> u32 {
 /// Run one input; see the module doc.
 pub fn run(data: &[u8]) -> CheckResult {
     let mut inp = Input::new(data);
-    let c = cfg(inp.below(4));
+    let scheme = inp.below(4);
+    let c = cfg(scheme);
     let corrupt = inp.below(8) == 0;
     let cut_at = 1 + u64::from(inp.below(400));
     let dev = Arc::new(
@@ -222,7 +223,7 @@ pub fn run(data: &[u8]) -> CheckResult {
                 return Err(Violation::new(
                     T,
                     format!(
-                        "image {s} (cut at device write {cut_at}): lpn {lpn} holds version {ver} (first bytes {:?}), neither its flushed value nor one written since", &g[..24]
+                        "scheme {scheme}, image {s} (cut at device write {cut_at}): lpn {lpn} holds version {ver} (first bytes {:?}), neither its flushed value nor one written since", &g[..24]
                     ),
                 ));
             }

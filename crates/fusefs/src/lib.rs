@@ -25,8 +25,8 @@
 //! ```
 
 pub mod alloc;
-mod chain;
 mod bugs;
+mod chain;
 pub mod dir;
 pub mod error;
 pub mod extent;
