@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use ptsd_blockdev::BlockError;
 use thiserror::Error;
 
@@ -80,9 +82,10 @@ pub enum JournalError {
     /// The journal was closed.
     #[error("journal is closed")]
     Closed,
-    /// An earlier background failure stopped the journal.
+    /// An earlier failure stopped the journal; every later operation gets
+    /// the same cause.
     #[error("journal stopped after an earlier failure: {0}")]
-    Failed(String),
+    Failed(#[source] Arc<Failure>),
     /// The OS refused to start one of the journal's threads.
     #[error("cannot start journal thread {name}: {reason}")]
     Spawn {
@@ -91,4 +94,24 @@ pub enum JournalError {
         /// What the OS said.
         reason: String,
     },
+}
+
+/// Why the journal stopped for good (carried by [`JournalError::Failed`]).
+#[derive(Debug, Error)]
+pub enum Failure {
+    /// Making slots or a commit record durable in the region failed.
+    #[error("region sync failed")]
+    RegionSync(#[source] RegionError),
+    /// Writing one partition's blocks to their home locations failed.
+    #[error("checkpoint of partition {partition} failed")]
+    Checkpoint {
+        /// The partition whose checkpoint failed.
+        partition: usize,
+        /// What failed (typically the home device).
+        #[source]
+        source: JournalError,
+    },
+    /// Finishing a checkpoint round (device flush, checkpoint record) failed.
+    #[error("checkpoint failed")]
+    CheckpointRound(#[source] JournalError),
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 use ptsd_blockdev::BlockDevice;
 
-use crate::error::{FormatError, JournalError};
+use crate::error::{Failure, FormatError, JournalError};
 use crate::layout::{
     Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
     SB_SIZE, SLOT_HEADER,
@@ -343,7 +343,7 @@ pub(crate) struct Inner {
     trigger_kicked: Padded<AtomicBool>,
 
     status: AtomicU8,
-    failure: Padded<Mutex<Option<String>>>,
+    failure: Padded<Mutex<Option<Arc<Failure>>>>,
     shutdown: AtomicBool,
 }
 
@@ -913,17 +913,29 @@ impl Inner {
             RUNNING => Ok(()),
             CLOSED => Err(JournalError::Closed),
             _ => Err(JournalError::Failed(
-                self.failure.lock().clone().unwrap_or_default(),
+                self.failure
+                    .lock()
+                    .clone()
+                    .expect("a failed journal records its failure"),
             )),
         }
     }
 
-    fn fail(&self, why: String) -> JournalError {
-        tracing::error!(%why, "journal failed");
-        let mut f = self.failure.lock();
-        if f.is_none() {
-            *f = Some(why.clone());
+    /// Stop the journal: every later operation fails with the first cause.
+    fn fail(&self, why: Failure) -> JournalError {
+        let mut chain = why.to_string();
+        let mut cause = std::error::Error::source(&why);
+        while let Some(c) = cause {
+            chain += &format!(": {c}");
+            cause = c.source();
         }
+        tracing::error!(why = %chain, "journal failed");
+        let why = {
+            let mut f = self.failure.lock();
+            // The failure is recorded before the status says FAILED, so
+            // `check_running` always finds one.
+            f.get_or_insert_with(|| Arc::new(why)).clone()
+        };
         self.status.store(FAILED, Ordering::Release);
         let _s = self.space_lock.lock();
         self.space_cv.notify_all();
@@ -1267,7 +1279,7 @@ impl Inner {
         }
         self.region
             .sync()
-            .map_err(|e| self.fail(format!("region sync: {e}")))?;
+            .map_err(|e| self.fail(Failure::RegionSync(e)))?;
         let g = self.global_lock.as_ref().map(lock_spinning);
         {
             let mut d = lock_spinning(&self.durable);
@@ -1288,7 +1300,7 @@ impl Inner {
                 d.write(RecordKind::Commit, self.region.as_ref(), &self.geo);
                 self.region
                     .sync()
-                    .map_err(|e| self.fail(format!("region sync: {e}")))?;
+                    .map_err(|e| self.fail(Failure::RegionSync(e)))?;
                 d.commits += 1;
             }
             // Under the lock: every publisher holds it, so a plain store.
@@ -1441,14 +1453,17 @@ impl Inner {
             match result {
                 Ok(r) => *self.parts[p].ckpt_result.lock() = r,
                 Err(e) => {
-                    self.fail(format!("checkpoint of partition {p}: {e}"));
+                    self.fail(Failure::Checkpoint {
+                        partition: p,
+                        source: e,
+                    });
                     let tail = self.parts[p].tail.load(Ordering::Acquire);
                     *self.parts[p].ckpt_result.lock() = (tail, Vec::new());
                 }
             }
             if self.ckpt_arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.parts.len() {
                 if let Err(e) = self.finish_round() {
-                    self.fail(format!("checkpoint: {e}"));
+                    self.fail(Failure::CheckpointRound(e));
                 }
                 let mut c = self.ckpt.lock();
                 c.completed = c.round;

@@ -52,7 +52,7 @@ mod recovery;
 mod region;
 
 pub use crash::CrashRegion;
-pub use error::{FormatError, JournalError};
+pub use error::{Failure, FormatError, JournalError};
 pub use flush::{flush_instr, FlushInstr, CACHE_LINE};
 pub use flushcheck::FlushCheck;
 pub use journal::{Journal, JournalConfig, JournalKind, JournalStats, RecoveryReport, Tx, TxId};
