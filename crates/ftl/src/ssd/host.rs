@@ -1,7 +1,5 @@
 //! Host operations: read, write (into the buffer), discard, flush.
 
-use std::cmp::Reverse;
-
 use super::{Cause, Queued, Ssd, IN_BUFFER, MAX_TRIM_PAGES, UNMAPPED};
 use crate::error::FtlError;
 use crate::request::Request;
@@ -113,9 +111,12 @@ impl Ssd {
                     }
                 }
                 self.buf.release(ready);
-                while self.buf.inflight.len() + self.buf.len() >= self.buf.bound() {
-                    match self.buf.inflight.pop() {
-                        Some(Reverse(end)) => ready = ready.max(end),
+                // Wait for host data slots only: the mapping write-backs a
+                // flush just queued hold back later writes (the scheduler's
+                // gate), not this one.
+                while self.buf.held_at(ready) >= self.buf.bound() {
+                    match self.buf.pop_inflight() {
+                        Some(end) => ready = ready.max(end),
                         None => break,
                     }
                 }

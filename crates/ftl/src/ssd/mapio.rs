@@ -73,7 +73,7 @@ impl Ssd {
             // staged in controller DRAM until programmed: it takes a write-
             // buffer slot meanwhile, so host writes cannot outrun the
             // mapping work they cause (reads never wait for a slot).
-            self.buf.inflight.push(std::cmp::Reverse(end));
+            self.buf.push_inflight(end, true);
         }
         self.seq += 1;
         if self.persistent {

@@ -20,11 +20,14 @@ impl Ssd {
                 return Some((r.submit_ns.max(self.ctrl_free), Pick::Read));
             }
             let (q, stopped) = self.held.as_ref()?;
-            let t = self.ctrl_free.max(*stopped);
+            let t = self
+                .ctrl_free
+                .max(*stopped)
+                .max(self.buf.room_at(q.req.pages as usize));
             let t = match self.cfg.write_stop {
                 // "Nothing in service" is the paper's literal condition.
                 WriteStop::Literal => t.max(self.busy_until),
-                WriteStop::Intended => t.max(self.buf.room_at(q.req.pages as usize)),
+                WriteStop::Intended => t,
             };
             return Some((t, Pick::Held));
         }

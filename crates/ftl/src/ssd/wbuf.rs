@@ -26,7 +26,10 @@ pub(super) struct WriteBuffer {
     /// Pages of the filling half (a flush programs this many).
     pub(super) cap: usize,
     pub(super) page: usize,
-    /// When each flushed page's program ends (its slot frees then).
+    /// When each flushed page's program ends (its slot frees then), as
+    /// `end << 1 | is_mapping_page`: mapping write-backs take slots too
+    /// (they hold back writes) but are not host data (the bound is on
+    /// host data).
     pub(super) inflight: BinaryHeap<Reverse<u64>>,
 }
 
@@ -44,18 +47,32 @@ impl WriteBuffer {
     pub(super) fn bound(&self) -> usize {
         2 * self.cap
     }
+    /// A flushed page (or mapping write-back) whose program ends at `end`.
+    pub(super) fn push_inflight(&mut self, end: u64, mapping: bool) {
+        self.inflight.push(Reverse(end << 1 | u64::from(mapping)));
+    }
+    /// The earliest program end among the slots taken, removing it.
+    pub(super) fn pop_inflight(&mut self) -> Option<u64> {
+        self.inflight.pop().map(|Reverse(k)| k >> 1)
+    }
     /// Forget the flushed pages whose programs ended by `t`.
     pub(super) fn release(&mut self, t: u64) {
-        while let Some(&Reverse(end)) = self.inflight.peek() {
-            if end > t {
+        while let Some(&Reverse(k)) = self.inflight.peek() {
+            if k >> 1 > t {
                 break;
             }
             self.inflight.pop();
         }
     }
-    /// Pages held at `t`: filling plus flushed and not yet programmed.
+    /// Host data pages held at `t`: filling plus flushed and not yet
+    /// programmed.
     pub(super) fn held_at(&self, t: u64) -> usize {
-        self.len() + self.inflight.iter().filter(|r| r.0 > t).count()
+        self.len()
+            + self
+                .inflight
+                .iter()
+                .filter(|r| r.0 & 1 == 0 && r.0 >> 1 > t)
+                .count()
     }
     /// The earliest time at which `pages` more pages fit (a flush of the
     /// filling half moves its pages to `inflight`: the total is the same).
@@ -65,9 +82,9 @@ impl WriteBuffer {
         let over = (self.inflight.len() + self.len() + pages).saturating_sub(self.bound());
         match over {
             0 => 0,
-            1 => self.inflight.peek().map_or(0, |r| r.0),
+            1 => self.inflight.peek().map_or(0, |r| r.0 >> 1),
             _ => {
-                let mut ends: Vec<u64> = self.inflight.iter().map(|r| r.0).collect();
+                let mut ends: Vec<u64> = self.inflight.iter().map(|r| r.0 >> 1).collect();
                 ends.sort_unstable();
                 ends.get(over - 1).or(ends.last()).copied().unwrap_or(0)
             }
@@ -75,7 +92,7 @@ impl WriteBuffer {
     }
     /// When every flushed page is programmed.
     pub(super) fn drained_at(&self) -> u64 {
-        self.inflight.iter().map(|r| r.0).max().unwrap_or(0)
+        self.inflight.iter().map(|r| r.0 >> 1).max().unwrap_or(0)
     }
 }
 
@@ -139,7 +156,7 @@ impl Ssd {
             };
             let end = self.op_program(ppa, t);
             data_end = data_end.max(end);
-            self.buf.inflight.push(Reverse(end));
+            self.buf.push_inflight(end, false);
             self.seq += 1;
             if self.has_data {
                 let oob = Oob {
