@@ -505,9 +505,12 @@ fn run_ops(
     let mut durable_from = 0;
     let mut done: Vec<&Op> = Vec::new();
     let fail = |done: &[&Op], what: String| {
+        // The last operations (a scatter expands into hundreds).
+        let skip = done.len().saturating_sub(24);
+        let tail = &done[skip..];
         Violation::new(
             T,
-            format!("{what}\n  after ops: {done:?}\n  crash: {crash:?}"),
+            format!("{what}\n  after {skip} earlier ops and: {tail:?}\n  crash: {crash:?}"),
         )
     };
     for (i, op) in ops.iter().enumerate() {

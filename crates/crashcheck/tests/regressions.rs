@@ -51,3 +51,14 @@ fn ssd_page_corruption_is_an_error_not_wrong_data() {
         }
     }
 }
+
+/// Issue 11 §1 (fallocated file + scattered writes unreadable after the
+/// inode is reloaded): before its fix, `stack_crash`'s no-crash mode found
+/// it at seed 246 of the CI runner ("walking the live tree: lookup c:
+/// Input/output error" after a 1 024-piece scatter into a preallocated
+/// file), in 77 s on a loaded machine.
+#[test]
+fn stack_crash_seed_246_fallocate_scatter_reload() {
+    let input = ptsd_crashcheck::input::seeded_bytes(246, ptsd_crashcheck::runner::INPUT_LEN);
+    ptsd_crashcheck::stack_crash::run(&input).unwrap_or_else(|v| panic!("{v}"));
+}
