@@ -10,16 +10,92 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use thiserror::Error;
+
 use crate::alloc::{bit_in, set_bit_in};
-use crate::error::FsError;
+use crate::error::{FormatError, FsError};
 use crate::format::*;
 use crate::store::Store;
+
+/// Which use of a block a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockOwner {
+    /// The root or orphan directory's inode block.
+    Directory,
+    /// An inode's own block (its number).
+    Inode(u64),
+    /// A data block of an inode.
+    Data(u64),
+    /// A block of an inode's extent overflow chain.
+    Extents(u64),
+    /// An inode's xattr block.
+    Xattrs(u64),
+}
+
+impl std::fmt::Display for BlockOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlockOwner::Directory => write!(f, "directory"),
+            BlockOwner::Inode(i) => write!(f, "inode {i}"),
+            BlockOwner::Data(i) => write!(f, "inode {i} data"),
+            BlockOwner::Extents(i) => write!(f, "inode {i} extents"),
+            BlockOwner::Xattrs(i) => write!(f, "inode {i} xattrs"),
+        }
+    }
+}
+
+/// One problem fsck found; its `Display` is the report's line.
+#[derive(Debug, Error)]
+pub enum Finding {
+    #[error("{owner}: block {block} outside the data area")]
+    OutsideDataArea { owner: BlockOwner, block: u64 },
+    #[error("{owner}: block {block} is used twice")]
+    UsedTwice { owner: BlockOwner, block: u64 },
+    /// An inode block, its extent chain or its xattr block that does not
+    /// decode.
+    #[error("inode {ino}: {error}")]
+    BadInode { ino: u64, error: FormatError },
+    #[error("directory {dir}: hole at block {lblk}")]
+    DirHole { dir: u64, lblk: u64 },
+    #[error("directory {dir}: {error}")]
+    BadDirBlock { dir: u64, error: FormatError },
+    #[error("directory {dir}: entry {name:?} is a second link to directory {target}")]
+    DirHardLink { dir: u64, name: String, target: u64 },
+    #[error("directory {dir}: entry {name:?} names unreadable inode {ino}")]
+    DanglingEntry { dir: u64, name: String, ino: u64 },
+    #[error("directory {dir}: entry {name:?} has type {kind} but inode {ino} has mode {mode:o}")]
+    EntryType {
+        dir: u64,
+        name: String,
+        kind: u8,
+        ino: u64,
+        mode: u32,
+    },
+    #[error("directory {ino}: link count {have} should be {want}")]
+    DirLinkCount { ino: u64, have: u32, want: u32 },
+    #[error("directory {ino}: '..' is {parent_field} but it lives in {lives_in}")]
+    DirParent {
+        ino: u64,
+        parent_field: u64,
+        lives_in: u64,
+    },
+    #[error("inode {ino}: link count {have} should be {want}")]
+    LinkCount { ino: u64, have: u32, want: u32 },
+    #[error("orphan inode {ino} (nlink {nlink}) left by a crash with the file open")]
+    Orphan { ino: u64, nlink: u32 },
+    #[error("{0}")]
+    BadBitmap(FormatError),
+    #[error("bitmap: {count} blocks marked used but owned by nothing (first: {first:?})")]
+    BitmapLeaked { count: u64, first: Vec<u64> },
+    #[error("bitmap: {count} blocks in use but marked free (first: {first:?})")]
+    BitmapUnmarked { count: u64, first: Vec<u64> },
+}
 
 /// What fsck found.
 #[derive(Debug, Default)]
 pub struct Report {
-    /// One line per problem.
-    pub problems: Vec<String>,
+    /// One per problem (`Display` for the report's lines).
+    pub problems: Vec<Finding>,
     pub files: u64,
     pub dirs: u64,
     pub used_blocks: u64,
@@ -48,7 +124,7 @@ struct Walker<'a> {
     store: &'a dyn Store,
     sb: Superblock,
     owned: Vec<u64>,
-    problems: Vec<String>,
+    problems: Vec<Finding>,
     writes: BTreeMap<u64, Vec<u8>>,
     repair: bool,
 }
@@ -60,16 +136,15 @@ impl Walker<'_> {
         Ok(b)
     }
 
-    fn own(&mut self, blk: u64, what: &str) -> bool {
+    fn own(&mut self, blk: u64, owner: BlockOwner) -> bool {
         if blk < self.sb.data_start || blk >= self.sb.num_blocks {
             self.problems
-                .push(format!("{what}: block {blk} outside the data area"));
+                .push(Finding::OutsideDataArea { owner, block: blk });
             return false;
         }
         let (w, b) = ((blk / 64) as usize, blk % 64);
         if self.owned[w] & (1 << b) != 0 {
-            self.problems
-                .push(format!("{what}: block {blk} is used twice"));
+            self.problems.push(Finding::UsedTwice { owner, block: blk });
             return false;
         }
         self.owned[w] |= 1 << b;
@@ -123,8 +198,8 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         let b = w.read(ino)?;
         let d = match DiskInode::decode(&b, ino) {
             Ok(d) => d,
-            Err(e) => {
-                w.problems.push(format!("inode {ino}: {e}"));
+            Err(error) => {
+                w.problems.push(Finding::BadInode { ino, error });
                 return Ok(None);
             }
         };
@@ -132,8 +207,8 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         let (ext, chain) = match crate::chain::load(&d, valid, |blk| w.read(blk)) {
             Ok((map, chain)) => (map.to_extents(), chain.blocks().to_vec()),
             Err(crate::chain::LoadError::Read(e)) => return Err(e),
-            Err(crate::chain::LoadError::Corrupt(e)) => {
-                w.problems.push(format!("inode {ino}: {e}"));
+            Err(crate::chain::LoadError::Corrupt(error)) => {
+                w.problems.push(Finding::BadInode { ino, error });
                 return Ok(None);
             }
         };
@@ -143,17 +218,17 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
     for special in [sb.root_ino, sb.orphan_ino] {
         match load(&mut w, special)? {
             Some((d, ext, chain)) => {
-                w.own(special, "directory");
+                w.own(special, BlockOwner::Directory);
                 for e in &ext {
                     for k in 0..u64::from(e.len) {
-                        w.own(e.pblk + k, &format!("inode {special} data"));
+                        w.own(e.pblk + k, BlockOwner::Data(special));
                     }
                 }
                 for c in chain {
-                    w.own(c, &format!("inode {special} extents"));
+                    w.own(c, BlockOwner::Extents(special));
                 }
                 if d.xattr_blk != 0 {
-                    w.own(d.xattr_blk, &format!("inode {special} xattrs"));
+                    w.own(d.xattr_blk, BlockOwner::Xattrs(special));
                 }
                 seen.insert(
                     special,
@@ -193,15 +268,14 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         let map = crate::extent::ExtentMap::from_extents(&ext);
         for lblk in 0..d.size / BLOCK_SIZE as u64 {
             let Some((pblk, _, _)) = map.lookup(lblk) else {
-                w.problems
-                    .push(format!("directory {dir}: hole at block {lblk}"));
+                w.problems.push(Finding::DirHole { dir, lblk });
                 continue;
             };
             let raw = w.read(pblk)?;
             let entries = match decode_dir_block(&raw, pblk, dir) {
                 Ok(e) => e,
-                Err(e) => {
-                    w.problems.push(format!("directory {dir}: {e}"));
+                Err(error) => {
+                    w.problems.push(Finding::BadDirBlock { dir, error });
                     if w.repair {
                         w.writes
                             .insert(pblk, encode_dir_block(dir, std::iter::empty()));
@@ -216,10 +290,11 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
                 if let Some(s) = seen.get_mut(&e.ino) {
                     let is_dir = s.mode & libc::S_IFMT == libc::S_IFDIR;
                     if is_dir {
-                        w.problems.push(format!(
-                            "directory {dir}: entry {name:?} is a second link to directory {}",
-                            e.ino
-                        ));
+                        w.problems.push(Finding::DirHardLink {
+                            dir,
+                            name,
+                            target: e.ino,
+                        });
                         changed = true;
                         continue;
                     }
@@ -229,31 +304,38 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
                 }
                 match load(&mut w, e.ino)? {
                     None => {
-                        w.problems.push(format!(
-                            "directory {dir}: entry {name:?} names unreadable inode {}",
-                            e.ino
-                        ));
+                        w.problems.push(Finding::DanglingEntry {
+                            dir,
+                            name,
+                            ino: e.ino,
+                        });
                         changed = true;
                     }
                     Some((di, ext, chain)) => {
                         if ((di.mode & libc::S_IFMT) >> 12) as u8 != e.kind {
-                            w.problems.push(format!("directory {dir}: entry {name:?} has type {} but inode {} has mode {:o}", e.kind, e.ino, di.mode));
+                            w.problems.push(Finding::EntryType {
+                                dir,
+                                name,
+                                kind: e.kind,
+                                ino: e.ino,
+                                mode: di.mode,
+                            });
                         }
-                        let mut ok = w.own(e.ino, &format!("inode {}", e.ino));
+                        let mut ok = w.own(e.ino, BlockOwner::Inode(e.ino));
                         for x in &ext {
                             for k in 0..u64::from(x.len) {
-                                ok &= w.own(x.pblk + k, &format!("inode {} data", e.ino));
+                                ok &= w.own(x.pblk + k, BlockOwner::Data(e.ino));
                             }
                         }
                         for c in chain {
-                            ok &= w.own(c, &format!("inode {} extents", e.ino));
+                            ok &= w.own(c, BlockOwner::Extents(e.ino));
                         }
                         if di.xattr_blk != 0 {
-                            ok &= w.own(di.xattr_blk, &format!("inode {} xattrs", e.ino));
-                            if let Err(err) =
+                            ok &= w.own(di.xattr_blk, BlockOwner::Xattrs(e.ino));
+                            if let Err(error) =
                                 decode_xattrs(&w.read(di.xattr_blk)?, di.xattr_blk, e.ino)
                             {
-                                w.problems.push(format!("inode {}: {err}", e.ino));
+                                w.problems.push(Finding::BadInode { ino: e.ino, error });
                             }
                         }
                         let _ = ok;
@@ -305,10 +387,11 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         if ino == sb.root_ino || ino == sb.orphan_ino {
             let want = 2 + s.subdirs;
             if s.nlink != want {
-                w.problems.push(format!(
-                    "directory {ino}: link count {} should be {want}",
-                    s.nlink
-                ));
+                w.problems.push(Finding::DirLinkCount {
+                    ino,
+                    have: s.nlink,
+                    want,
+                });
                 fixes.push((ino, want, None));
             }
             continue;
@@ -319,27 +402,26 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         let want = if is_dir { 2 + s.subdirs } else { s.links };
         let mut parent_fix = None;
         if is_dir && Some(s.parent_field) != s.parent_seen {
-            w.problems.push(format!(
-                "directory {ino}: '..' is {} but it lives in {}",
-                s.parent_field,
-                s.parent_seen.unwrap_or(0)
-            ));
+            w.problems.push(Finding::DirParent {
+                ino,
+                parent_field: s.parent_field,
+                lives_in: s.parent_seen.unwrap_or(0),
+            });
             parent_fix = s.parent_seen;
         }
         if s.nlink != want || parent_fix.is_some() {
             if s.nlink != want {
-                w.problems.push(format!(
-                    "inode {ino}: link count {} should be {want}",
-                    s.nlink
-                ));
+                w.problems.push(Finding::LinkCount {
+                    ino,
+                    have: s.nlink,
+                    want,
+                });
             }
             fixes.push((ino, want, parent_fix));
         }
     }
     for &(ino, nlink) in &orphans {
-        w.problems.push(format!(
-            "orphan inode {ino} (nlink {nlink}) left by a crash with the file open"
-        ));
+        w.problems.push(Finding::Orphan { ino, nlink });
     }
 
     // Bitmaps against the blocks in use.
@@ -348,7 +430,7 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         let blk = sb.bitmap_start + g;
         let mut bm = w.read(blk)?;
         if let Err(e) = check_bitmap(&bm, blk) {
-            w.problems.push(format!("{e}"));
+            w.problems.push(Finding::BadBitmap(e));
             bm = vec![0u8; BLOCK_SIZE];
         }
         bitmaps.push(bm);
@@ -378,14 +460,16 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
     }
     let _ = orphan_blocks;
     if leaked > 0 {
-        w.problems.push(format!(
-            "bitmap: {leaked} blocks marked used but owned by nothing (first: {first_bad:?})"
-        ));
+        w.problems.push(Finding::BitmapLeaked {
+            count: leaked,
+            first: first_bad.clone(),
+        });
     }
     if unmarked > 0 {
-        w.problems.push(format!(
-            "bitmap: {unmarked} blocks in use but marked free (first: {first_bad:?})"
-        ));
+        w.problems.push(Finding::BitmapUnmarked {
+            count: unmarked,
+            first: first_bad,
+        });
     }
 
     if repair && !w.problems.is_empty() {

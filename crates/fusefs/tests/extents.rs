@@ -24,7 +24,7 @@ fn remount(dev: &Arc<dyn BlockDevice>) -> FileSystem {
 fn fsck_problems(dev: &Arc<dyn BlockDevice>) -> Vec<String> {
     let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
     let r = fsck::check(store, false).unwrap();
-    r.problems.iter().map(|p| format!("{p:?}")).collect()
+    r.problems.iter().map(ToString::to_string).collect()
 }
 
 /// The kernel forgets the inode (drop_caches): the next use reloads it.

@@ -414,10 +414,33 @@ fn fsck_repairs_link_counts_bitmaps_and_orphans() {
     dev.write(1, &b).unwrap();
     let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
     let r = fsck::check(store.clone(), false).unwrap();
-    let all = r.problems.join("\n");
+    let all = r
+        .problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(all.contains("link count 5 should be 1"), "{all}");
     assert!(all.contains("orphan inode"), "{all}");
     assert!(all.contains("marked used but owned by nothing"), "{all}");
+    // The same findings, typed.
+    use ptsd_fs::fsck::Finding;
+    assert!(r.problems.iter().any(|p| matches!(
+        p,
+        Finding::LinkCount {
+            have: 5,
+            want: 1,
+            ..
+        }
+    )));
+    assert!(r
+        .problems
+        .iter()
+        .any(|p| matches!(p, Finding::Orphan { .. })));
+    assert!(r
+        .problems
+        .iter()
+        .any(|p| matches!(p, Finding::BitmapLeaked { count, .. } if *count > 0)));
     let r = fsck::check(store.clone(), true).unwrap();
     assert!(r.repaired);
     fsck_clean(&dev);
