@@ -12,9 +12,12 @@
 //! 3. `randread`: random reads;
 //! 4. `mixed70`: 70:30 random reads:writes — DFTL's read-path write-backs
 //!    and the buffer flushes the read-priority scheduler defers only show
-//!    when reads and writes interleave.
+//!    when reads and writes interleave;
+//! 5. `mixed70-open`: the same mix open loop (Poisson arrivals at
+//!    `open_share` of the slowest variant's closed-loop mixed throughput),
+//!    so that the read tail is not shaped by the closed loop.
 //!
-//! Phases 3 and 4 each start from the state preconditioning (1 and 2) left:
+//! Phases 3, 4 and 5 each start from the state preconditioning (1 and 2) left:
 //! the device is saved after phase 2 and restored before phase 4, so the
 //! mixed phase does not inherit the cache contents (or DFTL's write-backs)
 //! of the read phase. Each phase is reported separately; the five devices
