@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam::utils::Backoff;
 use parking_lot::{Condvar, Mutex, RwLock};
 use ptsd_blockdev::BlockDevice;
 
@@ -16,7 +18,7 @@ use crate::layout::{
     Geometry, Record, RecordKind, SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, MAX_EXCLUDED,
     SB_SIZE, SLOT_HEADER,
 };
-use crate::protocol::{self, Cover, Epochs, Padded, Ring};
+use crate::protocol::{self, CachePadded, Cover, Epochs, Ring};
 use crate::region::{Persist, RegionMode};
 
 type Result<T> = std::result::Result<T, JournalError>;
@@ -179,13 +181,13 @@ struct Partition {
     /// Head, `last_check` and per-slot states (the lock-free part).
     ring: Ring,
     /// Every position below this is checkpointed and free.
-    tail: Padded<AtomicU64>,
+    tail: CachePadded<AtomicU64>,
     /// Ring position this partition started at (for the stats).
     start: u64,
-    journal_reads: Padded<AtomicU64>,
+    journal_reads: CachePadded<AtomicU64>,
     /// Newest finished version of each block in this ring: block -> pos,
     /// in [`INDEX_SHARDS`] shards (see [`Partition::index`]).
-    index: Box<[Padded<IndexShard>]>,
+    index: Box<[CachePadded<IndexShard>]>,
     /// Positions claimed past the ring's capacity by stages that gave up
     /// (`JournalError::Full`); marked aborted once the ring has room.
     holes: Mutex<Vec<u64>>,
@@ -197,11 +199,11 @@ impl Partition {
     fn new(slots: u64, start: u64) -> Self {
         Self {
             ring: Ring::new(slots, start),
-            tail: Padded(AtomicU64::new(start)),
+            tail: CachePadded::new(AtomicU64::new(start)),
             start,
-            journal_reads: Padded::default(),
+            journal_reads: CachePadded::default(),
             index: (0..INDEX_SHARDS)
-                .map(|_| Padded(RwLock::new(HashMap::default())))
+                .map(|_| CachePadded::new(RwLock::new(HashMap::default())))
                 .collect(),
             holes: Mutex::new(Vec::new()),
             ckpt_result: Mutex::new((start, Vec::new())),
@@ -310,40 +312,42 @@ pub(crate) struct Inner {
 
     /// One epoch per transaction: numbers, done marks, finished count.
     epochs: Epochs,
-    aborted: Padded<AtomicU64>,
+    aborted: CachePadded<AtomicU64>,
 
     // Every field written after start-up gets cache lines of its own
-    // (`Padded`), so the read-mostly fields every stage reads (`geo`,
+    // (`CachePadded`), so the read-mostly fields every stage reads (`geo`,
     // `parts`, `status`, `shutdown`...) share lines with nothing that
     // changes: a stage then misses no line on them. Rust packs the
     // unpadded fields together.
     /// The baseline's journal-wide lock (None when partitioned).
-    global_lock: Padded<Option<Mutex<()>>>,
-    durable: Padded<Mutex<Durable>>,
-    shared_commits: Padded<AtomicU64>,
+    global_lock: CachePadded<Option<Mutex<()>>>,
+    durable: CachePadded<Mutex<Durable>>,
+    shared_commits: CachePadded<AtomicU64>,
 
-    ckpt: Padded<Mutex<CkptState>>,
-    ckpt_cv: Padded<Condvar>,
-    ckpt_done_cv: Padded<Condvar>,
-    ckpt_arrived: Padded<AtomicUsize>,
-    checkpoints: Padded<AtomicU64>,
-    checkpointed_blocks: Padded<AtomicU64>,
-    backpressure_waits: Padded<AtomicU64>,
+    ckpt: CachePadded<Mutex<CkptState>>,
+    ckpt_cv: CachePadded<Condvar>,
+    ckpt_done_cv: CachePadded<Condvar>,
+    ckpt_arrived: CachePadded<AtomicUsize>,
+    checkpoints: CachePadded<AtomicU64>,
+    checkpointed_blocks: CachePadded<AtomicU64>,
+    backpressure_waits: CachePadded<AtomicU64>,
     /// Ring positions claimed and then given up (see `abandon`).
-    abandoned: Padded<AtomicU64>,
+    abandoned: CachePadded<AtomicU64>,
     /// Some ring passed the high-water mark (a hint for `begin`).
-    high_water: Padded<AtomicBool>,
-    device_reads: Padded<AtomicU64>,
+    high_water: CachePadded<AtomicBool>,
+    device_reads: CachePadded<AtomicU64>,
 
-    space_lock: Padded<Mutex<()>>,
-    space_cv: Padded<Condvar>,
+    space_lock: CachePadded<Mutex<()>>,
+    space_cv: CachePadded<Condvar>,
 
-    trigger: Padded<Mutex<bool>>,
-    trigger_cv: Padded<Condvar>,
-    trigger_kicked: Padded<AtomicBool>,
+    /// Wakes the trigger thread: a kick is a message, at most one pending
+    /// (kicks while one waits coalesce).
+    trigger_tx: Sender<()>,
+    trigger_rx: Receiver<()>,
+    trigger_kicked: CachePadded<AtomicBool>,
 
     status: AtomicU8,
-    failure: Padded<Mutex<Option<Arc<Failure>>>>,
+    failure: CachePadded<Mutex<Option<Arc<Failure>>>>,
     shutdown: AtomicBool,
 }
 
@@ -496,6 +500,7 @@ impl Journal {
             .collect();
         let fill_threshold =
             ((geo.slots as f64 * cfg.checkpoint_fill.clamp(0.05, 1.0)) as u64).clamp(1, geo.slots);
+        let (trigger_tx, trigger_rx) = crossbeam::channel::bounded(1);
         let inner = Arc::new(Inner {
             region,
             device,
@@ -503,9 +508,9 @@ impl Journal {
             parts,
             fill_threshold,
             epochs: Epochs::new(rec.epoch + 1, EPOCH_RING),
-            aborted: Padded::default(),
-            global_lock: Padded(cfg.kind.has_global_lock().then(|| Mutex::new(()))),
-            durable: Padded(Mutex::new(Durable {
+            aborted: CachePadded::default(),
+            global_lock: CachePadded::new(cfg.kind.has_global_lock().then(|| Mutex::new(()))),
+            durable: CachePadded::new(Mutex::new(Durable {
                 rec: Record {
                     // Room for every list a commit can write: the record's
                     // Vecs are updated in place, never reallocated.
@@ -518,24 +523,24 @@ impl Journal {
                 },
                 commits: 0,
             })),
-            shared_commits: Padded::default(),
-            ckpt: Padded(Mutex::new(CkptState::default())),
-            ckpt_cv: Padded(Condvar::new()),
-            ckpt_done_cv: Padded(Condvar::new()),
-            ckpt_arrived: Padded(AtomicUsize::new(0)),
-            checkpoints: Padded(AtomicU64::new(0)),
-            checkpointed_blocks: Padded(AtomicU64::new(0)),
-            backpressure_waits: Padded(AtomicU64::new(0)),
-            abandoned: Padded(AtomicU64::new(0)),
-            high_water: Padded(AtomicBool::new(false)),
-            device_reads: Padded::default(),
-            space_lock: Padded(Mutex::new(())),
-            space_cv: Padded(Condvar::new()),
-            trigger: Padded(Mutex::new(false)),
-            trigger_cv: Padded(Condvar::new()),
-            trigger_kicked: Padded(AtomicBool::new(false)),
+            shared_commits: CachePadded::default(),
+            ckpt: CachePadded::new(Mutex::new(CkptState::default())),
+            ckpt_cv: CachePadded::new(Condvar::new()),
+            ckpt_done_cv: CachePadded::new(Condvar::new()),
+            ckpt_arrived: CachePadded::new(AtomicUsize::new(0)),
+            checkpoints: CachePadded::new(AtomicU64::new(0)),
+            checkpointed_blocks: CachePadded::new(AtomicU64::new(0)),
+            backpressure_waits: CachePadded::new(AtomicU64::new(0)),
+            abandoned: CachePadded::new(AtomicU64::new(0)),
+            high_water: CachePadded::new(AtomicBool::new(false)),
+            device_reads: CachePadded::default(),
+            space_lock: CachePadded::new(Mutex::new(())),
+            space_cv: CachePadded::new(Condvar::new()),
+            trigger_tx,
+            trigger_rx,
+            trigger_kicked: CachePadded::new(AtomicBool::new(false)),
             status: AtomicU8::new(RUNNING),
-            failure: Padded(Mutex::new(None)),
+            failure: CachePadded::new(Mutex::new(None)),
             shutdown: AtomicBool::new(false),
             geo,
             cfg,
@@ -687,10 +692,7 @@ impl Journal {
             inner.ckpt_cv.notify_all();
             inner.ckpt_done_cv.notify_all();
         }
-        {
-            let _t = inner.trigger.lock();
-            inner.trigger_cv.notify_all();
-        }
+        let _ = inner.trigger_tx.try_send(());
         {
             let _s = inner.space_lock.lock();
             inner.space_cv.notify_all();
@@ -1168,7 +1170,7 @@ impl Inner {
     /// until the epoch that used it before is done (only ever needed when
     /// that many transactions started while an old one stays open).
     fn wait_epoch_room(&self, epoch: u64) {
-        let mut wait = Backoff::default();
+        let wait = Backoff::new();
         while !self.epochs.has_room(epoch) {
             wait.snooze();
         }
@@ -1182,7 +1184,7 @@ impl Inner {
             return Ok(());
         }
         let mut j = ring.scan_start(head);
-        let mut wait = Backoff::default();
+        let wait = Backoff::new();
         loop {
             // A checkpoint may have freed (and a stager reused) the slots
             // this scan stopped at; it raises `last_check` past them first.
@@ -1246,7 +1248,7 @@ impl Inner {
         // listed in the record as excluded. So a commit never waits for a
         // transaction in progress (it waits only when more than
         // MAX_EXCLUDED are open at once).
-        let mut wait = Backoff::default();
+        let wait = Backoff::new();
         let cover = loop {
             if let Some(cover) = self
                 .epochs
@@ -1316,9 +1318,8 @@ impl Inner {
         if !self.trigger_kicked.load(Ordering::Relaxed)
             && !self.trigger_kicked.swap(true, Ordering::AcqRel)
         {
-            let mut k = self.trigger.lock();
-            *k = true;
-            self.trigger_cv.notify_one();
+            // Full: a kick is already pending, which is all this one asks.
+            let _ = self.trigger_tx.try_send(());
         }
     }
 
@@ -1336,13 +1337,9 @@ impl Inner {
         let interval = self.cfg.checkpoint_interval;
         let mut last = Instant::now();
         loop {
-            {
-                let mut k = self.trigger.lock();
-                if !*k && !self.shutdown.load(Ordering::SeqCst) {
-                    let wait = interval.unwrap_or(Duration::from_millis(100));
-                    self.trigger_cv.wait_for(&mut k, wait);
-                }
-                *k = false;
+            let wait = interval.unwrap_or(Duration::from_millis(100));
+            if let Err(RecvTimeoutError::Disconnected) = self.trigger_rx.recv_timeout(wait) {
+                return;
             }
             if self.shutdown.load(Ordering::SeqCst) {
                 return;
@@ -1624,63 +1621,21 @@ impl Inner {
     }
 }
 
-/// Waiting for another thread that is a few microseconds from done (a
-/// transaction finishing, a slot being flagged): spin, because a sleep or a
-/// yield would cost far more than the wait; yield only after
-/// [`SPIN_LIMIT`], when the awaited thread has probably been preempted.
-#[derive(Default)]
-struct Backoff {
-    spins: u32,
-    since: Option<Instant>,
-}
-
-/// How long a waiter spins before it starts yielding the CPU.
-const SPIN_LIMIT: Duration = Duration::from_micros(50);
-
 /// Take a lock that is held for about a microsecond at a time (the
-/// baseline's journal lock, the durable-state lock): spin for up to
-/// [`SPIN_LIMIT`] before sleeping in the kernel, as a kernel spinlock
-/// would; parking at once would make every hand-off pay a futex wake-up,
-/// which is many times the critical section (a lock convoy).
+/// baseline's journal lock, the durable-state lock): spin and then yield
+/// with crossbeam's exponential [`Backoff`] before sleeping in the kernel,
+/// as a kernel spinlock would; parking at once would make every hand-off
+/// pay a futex wake-up, which is many times the critical section (a lock
+/// convoy).
 fn lock_spinning<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
-    let mut wait = Backoff::default();
+    let backoff = Backoff::new();
     loop {
         if let Some(g) = m.try_lock() {
             return g;
         }
-        if wait.spun_out() {
+        if backoff.is_completed() {
             return m.lock();
         }
-        std::hint::spin_loop();
-        wait.count();
-    }
-}
-
-impl Backoff {
-    /// Count one pure spin (no yield); starts the clock after 64.
-    fn count(&mut self) {
-        self.spins += 1;
-        if self.spins >= 64 && self.since.is_none() {
-            self.since = Some(Instant::now());
-        }
-    }
-
-    /// True once this waiter has spun for [`SPIN_LIMIT`].
-    fn spun_out(&self) -> bool {
-        self.since.is_some_and(|t| t.elapsed() >= SPIN_LIMIT)
-    }
-
-    fn snooze(&mut self) {
-        self.spins += 1;
-        if self.spins < 64 {
-            std::hint::spin_loop();
-            return;
-        }
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if self.spins % 16 != 0 || since.elapsed() < SPIN_LIMIT {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
+        backoff.snooze();
     }
 }
