@@ -10,7 +10,32 @@
 //!   [`SchemeConfig`] (page / DFTL / PTSD), GC, write buffer, scheduler, store.
 //! - [`Ssd`]: `submit` / `next_event` / `advance`, [`FtlStats`].
 //!
+//! - [`SsdDevice`]: the emulated SSD, holding real data, as a
+//!   [`BlockDevice`](ptsd_blockdev::BlockDevice) for any layer above.
+//!
 //! See the crate's README for the model and the paper's five variants.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ptsd_blockdev::BlockDevice;
+//! use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
+//!
+//! // The paper's PTSD with greedy batch update (WRITEOPT), 64 MiB, data in memory.
+//! let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
+//! cfg.store = StoreKind::Memory;
+//! let ssd = Arc::new(SsdDevice::virtual_time(Ssd::new(cfg).unwrap()));
+//! let dev: Arc<dyn BlockDevice> = ssd.clone(); // what the journal or a file system takes
+//!
+//! dev.write(100, &[0xAB; 4096]).unwrap();
+//! dev.flush().unwrap();
+//! let mut page = [0u8; 4096];
+//! dev.read(100, &mut page).unwrap();
+//! assert_eq!(page, [0xAB; 4096]);
+//!
+//! // The model's side of it: simulated time passed, NAND pages were programmed.
+//! assert!(ssd.now_ns() > 0);
+//! assert_eq!(ssd.stats().host_write_pages, 1);
+//! ```
 
 mod bigvec;
 pub mod config;

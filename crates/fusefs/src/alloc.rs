@@ -100,19 +100,6 @@ impl Allocator {
         }
     }
 
-    /// Bitmap block contents (sealed), for a final write-out or for fsck.
-    pub fn snapshot(&self) -> Vec<(u64, Vec<u8>)> {
-        self.groups
-            .iter()
-            .enumerate()
-            .map(|(g, grp)| {
-                let mut b = grp.lock().bits.clone();
-                seal_bitmap(&mut b);
-                (self.bitmap_start + g as u64, b)
-            })
-            .collect()
-    }
-
     /// Start an operation's allocation context: lock the groups holding
     /// `frees` and enough groups (starting at `goal`'s) to allocate `need`
     /// blocks. ENOSPC if the file system does not have `need` free blocks.

@@ -109,6 +109,7 @@ impl DirIndex {
     }
 
     /// Number of entries.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.by_name.len()
     }

@@ -18,6 +18,12 @@ pub struct ExtentMap {
 }
 
 impl ExtentMap {
+    /// True if nothing is mapped.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
     /// Build from stored extents (assumed non-overlapping; fsck checks).
     pub fn from_extents(ext: &[Extent]) -> Self {
         let mut m = ExtentMap::default();
@@ -77,11 +83,6 @@ impl ExtentMap {
     /// Number of runs.
     pub fn len(&self) -> usize {
         self.runs.len()
-    }
-
-    /// True if nothing is mapped.
-    pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
     }
 
     /// Mapped blocks.

@@ -53,7 +53,7 @@ pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
 
 /// An inode as kept in memory.
-pub struct Inode {
+pub(crate) struct Inode {
     pub d: DiskInode,
     pub ext: ExtentMap,
     pub dir: Option<DirIndex>,

@@ -2,10 +2,10 @@
 //! all-or-nothing journal transaction.
 //!
 //! The home location is any [`ptsd_blockdev::BlockDevice`]. The layers:
-//! [`format`](mod@format) (on-device structures, all checksummed), [`alloc`] (per-group
-//! bitmaps), [`dir`] (hash-indexed directories), [`filesystem`] (the
-//! operations, each one transaction on a [`store::Store`]), [`fuse`] (the
-//! `fuser` adapter), [`fsck`].
+//! [`format`](mod@format) (on-device structures, all checksummed), per-group
+//! allocation bitmaps, hash-indexed directories and extent maps (internal),
+//! [`filesystem`] (the operations, each one transaction on a
+//! [`store::Store`]), [`fuse`] (the `fuser` adapter), [`fsck`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -24,12 +24,12 @@
 //! fs.close().unwrap();
 //! ```
 
-pub mod alloc;
+pub(crate) mod alloc;
 mod bugs;
 mod chain;
-pub mod dir;
+pub(crate) mod dir;
 pub mod error;
-pub mod extent;
+pub(crate) mod extent;
 pub mod filesystem;
 pub mod format;
 pub mod fsck;
