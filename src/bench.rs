@@ -1,5 +1,7 @@
 //! `ptsd bench …`: benchmarks that report figures against their targets.
 
+mod blk;
+mod blkbuf;
 mod dir;
 mod fs;
 mod journal;
@@ -22,6 +24,10 @@ enum BenchCommand {
     /// The NVM journal: stage + commit throughput and commit latency,
     /// partitioned vs the single-lock and short-lock baselines, 1..N threads.
     Journal(journal::JournalArgs),
+    /// Block load generator (fio's basic knobs) on tokio-uring: a file,
+    /// /dev/ublkbN or any block device; IOPS, MB/s, latency percentiles,
+    /// JSON and a CDF plot.
+    Blk(blk::BlkArgs),
     /// One ptsd-fs directory grown to a million entries in-process: insert
     /// and lookup CPU time per entry, journal blocks per insert, per window.
     Dir(dir::DirArgs),
@@ -52,6 +58,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Fs(a) => fs::run(*a),
         BenchCommand::Journal(a) => journal::run(a),
         BenchCommand::Dir(a) => dir::run(a),
+        BenchCommand::Blk(a) => blk::run(a),
         BenchCommand::NoopMount(a) => {
             let defaults = ptsd_bench::fsbench::noopfs::NoopOptions::default();
             Ok(ptsd_bench::fsbench::noopfs::serve(
