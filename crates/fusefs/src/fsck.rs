@@ -129,6 +129,31 @@ struct Walker<'a> {
     repair: bool,
 }
 
+/// An inode with its full extent list and overflow chain.
+type Loaded = (DiskInode, Vec<Extent>, Vec<u64>);
+
+struct Seen {
+    mode: u32,
+    nlink: u32,
+    links: u32,
+    subdirs: u32,
+    parent_field: u64,
+    parent_seen: Option<u64>,
+    disk: DiskInode,
+}
+
+/// What the walk of the tree found: every reachable inode and the orphans.
+#[derive(Default)]
+struct Tree {
+    seen: HashMap<u64, Seen>,
+    /// Inodes in the orphan directory, with their link counts.
+    orphans: Vec<(u64, u32)>,
+}
+
+/// An inode to rewrite: its counted link count and, for a directory whose
+/// '..' is wrong, the parent it lives in.
+type Fix = (u64, u32, Option<u64>);
+
 impl Walker<'_> {
     fn read(&self, blk: u64) -> Result<Vec<u8>, FsError> {
         let mut b = vec![0u8; BLOCK_SIZE];
@@ -154,26 +179,38 @@ impl Walker<'_> {
     fn is_owned(&self, blk: u64) -> bool {
         self.owned[(blk / 64) as usize] & (1 << (blk % 64)) != 0
     }
-}
 
-/// An inode with its full extent list and overflow chain.
-type Loaded = (DiskInode, Vec<Extent>, Vec<u64>);
-
-struct Seen {
-    mode: u32,
-    nlink: u32,
-    links: u32,
-    subdirs: u32,
-    parent_field: u64,
-    parent_seen: Option<u64>,
-    disk: DiskInode,
+    /// Load one inode and everything it owns. None: unreadable (a finding).
+    fn load(&mut self, ino: u64) -> Result<Option<Loaded>, FsError> {
+        if ino < self.sb.data_start || ino >= self.sb.num_blocks {
+            return Ok(None);
+        }
+        let b = self.read(ino)?;
+        let d = match DiskInode::decode(&b, ino) {
+            Ok(d) => d,
+            Err(error) => {
+                self.problems.push(Finding::BadInode { ino, error });
+                return Ok(None);
+            }
+        };
+        let valid = self.sb.data_start..self.sb.num_blocks;
+        let (ext, chain) = match crate::chain::load(&d, valid, |blk| self.read(blk)) {
+            Ok((map, chain)) => (map.to_extents(), chain.blocks().to_vec()),
+            Err(crate::chain::LoadError::Read(e)) => return Err(e),
+            Err(crate::chain::LoadError::Corrupt(error)) => {
+                self.problems.push(Finding::BadInode { ino, error });
+                return Ok(None);
+            }
+        };
+        Ok(Some((d, ext, chain)))
+    }
 }
 
 /// Check the unmounted file system on `store`; with `repair`, fix it.
+/// One pass after the other: superblock, the tree (directories and the
+/// inodes they name), link counts, orphans, bitmaps; then the repair.
 pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
-    let mut b = vec![0u8; BLOCK_SIZE];
-    store.read(0, &mut b)?;
-    let sb = Superblock::decode(&b, store.num_blocks())?;
+    let sb = superblock(&*store)?;
     let mut w = Walker {
         store: &*store,
         owned: vec![0u64; sb.num_blocks.div_ceil(64) as usize],
@@ -182,41 +219,37 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         writes: BTreeMap::new(),
         repair,
     };
-    let mut seen: HashMap<u64, Seen> = HashMap::new();
-    let mut queue: VecDeque<u64> = VecDeque::new();
     let mut report = Report {
         total_blocks: sb.num_blocks,
         ..Default::default()
     };
-    let mut orphans = Vec::new();
+    let mut tree = Tree::default();
+    let mut queue = special_dirs(&mut w, &mut tree)?;
+    directories(&mut w, &mut tree, &mut queue, &mut report)?;
+    let fixes = link_counts(&mut w, &tree);
+    orphans(&mut w, &tree);
+    let bitmaps = bitmaps(&mut w, &mut report)?;
+    if repair && !w.problems.is_empty() {
+        write_repairs(&mut w, &tree, fixes, bitmaps)?;
+        report.repaired = true;
+    }
+    report.problems = w.problems;
+    Ok(report)
+}
 
-    // Load one inode and everything it owns. None: unreadable.
-    let load = |w: &mut Walker<'_>, ino: u64| -> Result<Option<Loaded>, FsError> {
-        if ino < w.sb.data_start || ino >= w.sb.num_blocks {
-            return Ok(None);
-        }
-        let b = w.read(ino)?;
-        let d = match DiskInode::decode(&b, ino) {
-            Ok(d) => d,
-            Err(error) => {
-                w.problems.push(Finding::BadInode { ino, error });
-                return Ok(None);
-            }
-        };
-        let valid = w.sb.data_start..w.sb.num_blocks;
-        let (ext, chain) = match crate::chain::load(&d, valid, |blk| w.read(blk)) {
-            Ok((map, chain)) => (map.to_extents(), chain.blocks().to_vec()),
-            Err(crate::chain::LoadError::Read(e)) => return Err(e),
-            Err(crate::chain::LoadError::Corrupt(error)) => {
-                w.problems.push(Finding::BadInode { ino, error });
-                return Ok(None);
-            }
-        };
-        Ok(Some((d, ext, chain)))
-    };
+/// Pass 1: the superblock (an unusable one is an error, not a finding).
+fn superblock(store: &dyn Store) -> Result<Superblock, FsError> {
+    let mut b = vec![0u8; BLOCK_SIZE];
+    store.read(0, &mut b)?;
+    Ok(Superblock::decode(&b, store.num_blocks())?)
+}
 
-    for special in [sb.root_ino, sb.orphan_ino] {
-        match load(&mut w, special)? {
+/// The root and orphan directories, where the walk starts. Either one
+/// unreadable cannot be repaired.
+fn special_dirs(w: &mut Walker<'_>, tree: &mut Tree) -> Result<VecDeque<u64>, FsError> {
+    let mut queue = VecDeque::new();
+    for special in [w.sb.root_ino, w.sb.orphan_ino] {
+        match w.load(special)? {
             Some((d, ext, chain)) => {
                 w.own(special, BlockOwner::Directory);
                 for e in &ext {
@@ -230,7 +263,7 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
                 if d.xattr_blk != 0 {
                     w.own(d.xattr_blk, BlockOwner::Xattrs(special));
                 }
-                seen.insert(
+                tree.seen.insert(
                     special,
                     Seen {
                         mode: d.mode,
@@ -247,7 +280,7 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             None => {
                 return Err(FsError::NeedsRepair(format!(
                     "the {} directory (inode {special}) is unreadable; cannot repair",
-                    if special == sb.root_ino {
+                    if special == w.sb.root_ino {
                         "root"
                     } else {
                         "orphan"
@@ -256,13 +289,23 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             }
         }
     }
+    Ok(queue)
+}
 
+/// Pass 2: every directory reachable from `queue`, breadth first: its
+/// blocks, its entries, and (through [`inode`]) each inode they name.
+fn directories(
+    w: &mut Walker<'_>,
+    tree: &mut Tree,
+    queue: &mut VecDeque<u64>,
+    report: &mut Report,
+) -> Result<(), FsError> {
     while let Some(dir) = queue.pop_front() {
         report.dirs += 1;
-        let d = seen[&dir].disk.clone();
+        let d = tree.seen[&dir].disk.clone();
         let mut ext = d.inline_extents.clone();
         // Reload the full extent list (overflow included).
-        if let Some((_, e, _)) = load(&mut w, dir)? {
+        if let Some((_, e, _)) = w.load(dir)? {
             ext = e;
         }
         let map = crate::extent::ExtentMap::from_extents(&ext);
@@ -287,7 +330,7 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             let mut changed = false;
             for e in entries {
                 let name = String::from_utf8_lossy(&e.name).into_owned();
-                if let Some(s) = seen.get_mut(&e.ino) {
+                if let Some(s) = tree.seen.get_mut(&e.ino) {
                     let is_dir = s.mode & libc::S_IFMT == libc::S_IFDIR;
                     if is_dir {
                         w.problems.push(Finding::DirHardLink {
@@ -302,69 +345,10 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
                     keep.push(e);
                     continue;
                 }
-                match load(&mut w, e.ino)? {
-                    None => {
-                        w.problems.push(Finding::DanglingEntry {
-                            dir,
-                            name,
-                            ino: e.ino,
-                        });
-                        changed = true;
-                    }
-                    Some((di, ext, chain)) => {
-                        if ((di.mode & libc::S_IFMT) >> 12) as u8 != e.kind {
-                            w.problems.push(Finding::EntryType {
-                                dir,
-                                name,
-                                kind: e.kind,
-                                ino: e.ino,
-                                mode: di.mode,
-                            });
-                        }
-                        let mut ok = w.own(e.ino, BlockOwner::Inode(e.ino));
-                        for x in &ext {
-                            for k in 0..u64::from(x.len) {
-                                ok &= w.own(x.pblk + k, BlockOwner::Data(e.ino));
-                            }
-                        }
-                        for c in chain {
-                            ok &= w.own(c, BlockOwner::Extents(e.ino));
-                        }
-                        if di.xattr_blk != 0 {
-                            ok &= w.own(di.xattr_blk, BlockOwner::Xattrs(e.ino));
-                            if let Err(error) =
-                                decode_xattrs(&w.read(di.xattr_blk)?, di.xattr_blk, e.ino)
-                            {
-                                w.problems.push(Finding::BadInode { ino: e.ino, error });
-                            }
-                        }
-                        let _ = ok;
-                        let is_dir = di.mode & libc::S_IFMT == libc::S_IFDIR;
-                        if is_dir {
-                            queue.push_back(e.ino);
-                            if let Some(p) = seen.get_mut(&dir) {
-                                p.subdirs += 1;
-                            }
-                        } else {
-                            report.files += 1;
-                        }
-                        if dir == sb.orphan_ino {
-                            orphans.push((e.ino, di.nlink));
-                        }
-                        seen.insert(
-                            e.ino,
-                            Seen {
-                                mode: di.mode,
-                                nlink: di.nlink,
-                                links: 1,
-                                subdirs: 0,
-                                parent_field: di.parent,
-                                parent_seen: Some(dir),
-                                disk: di,
-                            },
-                        );
-                        keep.push(e);
-                    }
+                if inode(w, tree, queue, report, dir, &e, name)? {
+                    keep.push(e);
+                } else {
+                    changed = true;
                 }
             }
             if changed && w.repair {
@@ -379,12 +363,86 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             }
         }
     }
+    Ok(())
+}
 
-    // Link counts and parents.
+/// Pass 2, per inode: the first entry naming inode `e.ino` (in `dir`)
+/// loads it, checks its type and xattrs and claims its blocks. False: the
+/// inode is unreadable and the entry must go.
+fn inode(
+    w: &mut Walker<'_>,
+    tree: &mut Tree,
+    queue: &mut VecDeque<u64>,
+    report: &mut Report,
+    dir: u64,
+    e: &RawDirent,
+    name: String,
+) -> Result<bool, FsError> {
+    let Some((di, ext, chain)) = w.load(e.ino)? else {
+        w.problems.push(Finding::DanglingEntry {
+            dir,
+            name,
+            ino: e.ino,
+        });
+        return Ok(false);
+    };
+    if ((di.mode & libc::S_IFMT) >> 12) as u8 != e.kind {
+        w.problems.push(Finding::EntryType {
+            dir,
+            name,
+            kind: e.kind,
+            ino: e.ino,
+            mode: di.mode,
+        });
+    }
+    w.own(e.ino, BlockOwner::Inode(e.ino));
+    for x in &ext {
+        for k in 0..u64::from(x.len) {
+            w.own(x.pblk + k, BlockOwner::Data(e.ino));
+        }
+    }
+    for c in chain {
+        w.own(c, BlockOwner::Extents(e.ino));
+    }
+    if di.xattr_blk != 0 {
+        w.own(di.xattr_blk, BlockOwner::Xattrs(e.ino));
+        if let Err(error) = decode_xattrs(&w.read(di.xattr_blk)?, di.xattr_blk, e.ino) {
+            w.problems.push(Finding::BadInode { ino: e.ino, error });
+        }
+    }
+    let is_dir = di.mode & libc::S_IFMT == libc::S_IFDIR;
+    if is_dir {
+        queue.push_back(e.ino);
+        if let Some(p) = tree.seen.get_mut(&dir) {
+            p.subdirs += 1;
+        }
+    } else {
+        report.files += 1;
+    }
+    if dir == w.sb.orphan_ino {
+        tree.orphans.push((e.ino, di.nlink));
+    }
+    tree.seen.insert(
+        e.ino,
+        Seen {
+            mode: di.mode,
+            nlink: di.nlink,
+            links: 1,
+            subdirs: 0,
+            parent_field: di.parent,
+            parent_seen: Some(dir),
+            disk: di,
+        },
+    );
+    Ok(true)
+}
+
+/// Pass 3: link counts (and directories' '..') against the links counted.
+fn link_counts(w: &mut Walker<'_>, tree: &Tree) -> Vec<Fix> {
     let mut fixes = Vec::new();
-    for (&ino, s) in &seen {
+    for (&ino, s) in &tree.seen {
         let is_dir = s.mode & libc::S_IFMT == libc::S_IFDIR;
-        if ino == sb.root_ino || ino == sb.orphan_ino {
+        if ino == w.sb.root_ino || ino == w.sb.orphan_ino {
             let want = 2 + s.subdirs;
             if s.nlink != want {
                 w.problems.push(Finding::DirLinkCount {
@@ -396,7 +454,7 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             }
             continue;
         }
-        if orphans.iter().any(|o| o.0 == ino) {
+        if tree.orphans.iter().any(|o| o.0 == ino) {
             continue;
         }
         let want = if is_dir { 2 + s.subdirs } else { s.links };
@@ -420,11 +478,20 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             fixes.push((ino, want, parent_fix));
         }
     }
-    for &(ino, nlink) in &orphans {
+    fixes
+}
+
+/// Pass 4: orphans (unlinked inodes a crash left with the file open).
+fn orphans(w: &mut Walker<'_>, tree: &Tree) {
+    for &(ino, nlink) in &tree.orphans {
         w.problems.push(Finding::Orphan { ino, nlink });
     }
+}
 
-    // Bitmaps against the blocks in use.
+/// Pass 5: the allocation bitmaps against the blocks in use. Returns them
+/// corrected (an unreadable one rebuilt from scratch).
+fn bitmaps(w: &mut Walker<'_>, report: &mut Report) -> Result<Vec<Vec<u8>>, FsError> {
+    let sb = w.sb.clone();
     let mut bitmaps = Vec::new();
     for g in 0..sb.bitmap_blocks {
         let blk = sb.bitmap_start + g;
@@ -435,7 +502,6 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         }
         bitmaps.push(bm);
     }
-    let orphan_blocks: Vec<u64> = Vec::new();
     let mut leaked = 0u64;
     let mut unmarked = 0u64;
     let mut first_bad = Vec::new();
@@ -458,7 +524,6 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             report.used_blocks += 1;
         }
     }
-    let _ = orphan_blocks;
     if leaked > 0 {
         w.problems.push(Finding::BitmapLeaked {
             count: leaked,
@@ -471,69 +536,76 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
             first: first_bad,
         });
     }
+    Ok(bitmaps)
+}
 
-    if repair && !w.problems.is_empty() {
-        // Orphans: drop them from the orphan directory; their blocks are
-        // then unowned and the bitmap rewrite below frees them.
-        if !orphans.is_empty() {
-            let od = seen[&sb.orphan_ino].disk.clone();
-            if let Some((_, ext, _)) = load(&mut w, sb.orphan_ino)? {
-                let map = crate::extent::ExtentMap::from_extents(&ext);
-                for lblk in 0..od.size / BLOCK_SIZE as u64 {
-                    if let Some((pblk, _, _)) = map.lookup(lblk) {
-                        w.writes
-                            .insert(pblk, encode_dir_block(sb.orphan_ino, std::iter::empty()));
-                    }
-                }
-            }
-            // Recompute the bitmap without the orphans' blocks.
-            for &(ino, _) in &orphans {
-                if let Some((d, ext, chain)) = load(&mut w, ino)? {
-                    let mut blocks = vec![ino];
-                    for e in ext {
-                        blocks.extend(e.pblk..e.pblk + u64::from(e.len));
-                    }
-                    blocks.extend(chain);
-                    if d.xattr_blk != 0 {
-                        blocks.push(d.xattr_blk);
-                    }
-                    for b in blocks {
-                        if b < sb.num_blocks {
-                            set_bit_in(&mut bitmaps[(b / BITS_PER_GROUP) as usize], b, false);
-                        }
-                    }
+/// Repair: free the orphans, rewrite link counts and parents and the
+/// bitmaps, all in one transaction; then mark the file system clean.
+fn write_repairs(
+    w: &mut Walker<'_>,
+    tree: &Tree,
+    fixes: Vec<Fix>,
+    mut bitmaps: Vec<Vec<u8>>,
+) -> Result<(), FsError> {
+    let sb = w.sb.clone();
+    // Orphans: drop them from the orphan directory; their blocks are
+    // then unowned and the bitmap rewrite below frees them.
+    if !tree.orphans.is_empty() {
+        let od = tree.seen[&sb.orphan_ino].disk.clone();
+        if let Some((_, ext, _)) = w.load(sb.orphan_ino)? {
+            let map = crate::extent::ExtentMap::from_extents(&ext);
+            for lblk in 0..od.size / BLOCK_SIZE as u64 {
+                if let Some((pblk, _, _)) = map.lookup(lblk) {
+                    w.writes
+                        .insert(pblk, encode_dir_block(sb.orphan_ino, std::iter::empty()));
                 }
             }
         }
-        for (ino, nlink, parent) in fixes {
-            if let Some(s) = seen.get(&ino) {
-                let mut d = s.disk.clone();
-                // Re-read so overflow/extent fields are current.
-                if let Some((full, _, _)) = load(&mut w, ino)? {
-                    d = full;
+        // Recompute the bitmap without the orphans' blocks.
+        for &(ino, _) in &tree.orphans {
+            if let Some((d, ext, chain)) = w.load(ino)? {
+                let mut blocks = vec![ino];
+                for e in ext {
+                    blocks.extend(e.pblk..e.pblk + u64::from(e.len));
                 }
-                d.nlink = nlink;
-                if let Some(p) = parent {
-                    d.parent = p;
+                blocks.extend(chain);
+                if d.xattr_blk != 0 {
+                    blocks.push(d.xattr_blk);
                 }
-                w.writes.insert(ino, d.encode());
+                for b in blocks {
+                    if b < sb.num_blocks {
+                        set_bit_in(&mut bitmaps[(b / BITS_PER_GROUP) as usize], b, false);
+                    }
+                }
             }
         }
-        for (g, mut bm) in bitmaps.into_iter().enumerate() {
-            seal_bitmap(&mut bm);
-            w.writes.insert(sb.bitmap_start + g as u64, bm);
-        }
-        let mut tx = store.begin();
-        for (blk, data) in &w.writes {
-            tx.write(*blk, data)?;
-        }
-        tx.finish()?;
-        store.checkpoint()?;
-        let mut sb2 = sb.clone();
-        sb2.state = STATE_CLEAN;
-        store.write_super(&sb2.encode())?;
-        report.repaired = true;
     }
-    report.problems = w.problems;
-    Ok(report)
+    for (ino, nlink, parent) in fixes {
+        if let Some(s) = tree.seen.get(&ino) {
+            let mut d = s.disk.clone();
+            // Re-read so overflow/extent fields are current.
+            if let Some((full, _, _)) = w.load(ino)? {
+                d = full;
+            }
+            d.nlink = nlink;
+            if let Some(p) = parent {
+                d.parent = p;
+            }
+            w.writes.insert(ino, d.encode());
+        }
+    }
+    for (g, mut bm) in bitmaps.into_iter().enumerate() {
+        seal_bitmap(&mut bm);
+        w.writes.insert(sb.bitmap_start + g as u64, bm);
+    }
+    let mut tx = w.store.begin();
+    for (blk, data) in &w.writes {
+        tx.write(*blk, data)?;
+    }
+    tx.finish()?;
+    w.store.checkpoint()?;
+    let mut sb2 = sb;
+    sb2.state = STATE_CLEAN;
+    w.store.write_super(&sb2.encode())?;
+    Ok(())
 }
