@@ -696,6 +696,18 @@ fn fsck_clean(dev: &Arc<CrashDevice>) -> Result<(), String> {
 
 /// Run a fixed workload (the exhaustive set): `ops`, crashed at region
 /// event `event` (`None`: no crash, every step checked live).
+/// Run a fixed workload crashed at region event `event` of operation
+/// `event.0`, with a concurrent fsync right after the `k`-th transaction of
+/// operation `concurrent.0` (a tailored case: the injected-bug test).
+pub fn run_case(
+    ops: &[Op],
+    event: Option<(usize, u64)>,
+    concurrent: Option<(usize, u64)>,
+) -> CheckResult {
+    let crash = event.map_or(Crash::None, |(op, event)| Crash::RegionEvent { op, event });
+    run_ops(ops, crash, false, false, concurrent, 0)
+}
+
 pub fn run_fixed(ops: &[Op], event: Option<(usize, u64)>, second: u16) -> CheckResult {
     let crash = event.map_or(Crash::None, |(op, event)| Crash::RegionEvent { op, event });
     run_ops(ops, crash, false, false, None, second)
