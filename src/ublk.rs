@@ -38,7 +38,7 @@ pub enum UblkCmd {
     /// `nvme connect -t tcp -a ADDR -s PORT -n nqn.2014-08.org.ptsd:ublkbN`.
     Export {
         id: i32,
-        /// Listen on ADDR:PORT (e.g. 0.0.0.0:4420, [::]:4420, 127.0.0.1:4420).
+        /// Listen on ADDR:PORT (e.g. 0.0.0.0:4420, `[::]:4420`, 127.0.0.1:4420).
         #[arg(long, value_name = "ADDR:PORT")]
         nvmet_tcp: ptsd_ublk::nvmet::TcpAddr,
     },

@@ -29,7 +29,7 @@ pub struct BlkArgs {
     /// File or block device (e.g. /dev/ublkb0). A missing file is created
     /// and written out to --size first, as fio lays out its files.
     target: PathBuf,
-    /// read, write (sequential), randread, randwrite, or randrw[:R] (random
+    /// read, write (sequential), randread, randwrite, randrw, or randrw:R (random
     /// mix with R% reads, default 50; fio's --rwmixread).
     #[arg(long, default_value = "randread", value_parser = parse_rw)]
     rw: Pattern,

@@ -3,7 +3,7 @@
 //!
 //! A ceiling must ask the kernel for the same things ptsd-fs does, or the
 //! two get different requests and "ptsd / no-op" measures the difference:
-//! it mounts with ptsd-fs's own [`mount_config`] (noatime,
+//! it mounts with ptsd-fs's own `mount_config` (noatime,
 //! default_permissions, threads, cloned fds), asks for the same INIT
 //! capabilities ([`INIT_FLAGS`]: READDIRPLUS, PARALLEL_DIROPS, ASYNC_DIO,
 //! HANDLE_KILLPRIV_V2), caches negative entries, answers FLUSH with ENOSYS
