@@ -52,8 +52,30 @@ pub enum FsError {
     #[error("invalid parameters: {0}")]
     Invalid(String),
     /// The file system must be repaired before mounting.
-    #[error("{0}")]
-    NeedsRepair(String),
+    #[error(transparent)]
+    NeedsRepair(Damage),
+}
+
+/// Damage that keeps a file system from being mounted (or fsck from
+/// repairing it).
+#[derive(Debug, Error)]
+pub enum Damage {
+    /// The root or orphan directory's inode is not marked in use.
+    #[error("the {what} (inode {ino}) is not marked in use")]
+    NotInUse { what: &'static str, ino: u64 },
+    /// The root or orphan directory cannot be loaded at mount.
+    #[error("cannot load the {what}: {source}")]
+    Unloadable {
+        what: &'static str,
+        #[source]
+        source: FormatError,
+    },
+    /// The root or orphan directory is unreadable to fsck.
+    #[error("the {what} directory (inode {ino}) is unreadable; cannot repair")]
+    Unrepairable { what: &'static str, ino: u64 },
+    /// Freeing the inodes a crash left in the orphan directory failed.
+    #[error("freeing orphan inodes: {0}")]
+    FreeingOrphans(#[source] Errno),
 }
 
 impl From<ptsd_blockdev::BlockError> for FsError {

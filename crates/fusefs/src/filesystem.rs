@@ -21,7 +21,7 @@ use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 use crate::alloc::{AllocCtx, Allocator};
 use crate::chain::{self, Chain};
 use crate::dir::{DirEnt, DirIndex, FIRST_POS};
-use crate::error::{Errno, FormatError, FsError};
+use crate::error::{Damage, Errno, FormatError, FsError};
 use crate::extent::ExtentMap;
 use crate::format::*;
 use crate::store::Store;
@@ -391,10 +391,10 @@ impl FileSystem {
             ("orphan directory", sb.orphan_ino),
         ] {
             let why = |e: LoadErr| match e {
-                LoadErr::Stale => {
-                    FsError::NeedsRepair(format!("the {what} (inode {ino}) is not marked in use"))
+                LoadErr::Stale => FsError::NeedsRepair(Damage::NotInUse { what, ino }),
+                LoadErr::Format(source) => {
+                    FsError::NeedsRepair(Damage::Unloadable { what, source })
                 }
-                LoadErr::Format(f) => FsError::NeedsRepair(format!("cannot load the {what}: {f}")),
                 LoadErr::Store(s) => FsError::Store(s),
             };
             let mut inode = fs.load_raw(ino).map_err(why)?;
@@ -414,7 +414,7 @@ impl FileSystem {
         store.write_super(&sb.encode())?;
         fs.orphans_freed = fs
             .free_orphans()
-            .map_err(|e| FsError::NeedsRepair(format!("freeing orphan inodes: {e}")))?;
+            .map_err(|e| FsError::NeedsRepair(Damage::FreeingOrphans(e)))?;
         Ok(fs)
     }
 

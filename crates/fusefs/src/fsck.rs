@@ -13,7 +13,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use crate::alloc::{bit_in, set_bit_in};
-use crate::error::{FormatError, FsError};
+use crate::error::{Damage, FormatError, FsError};
 use crate::format::*;
 use crate::store::Store;
 
@@ -278,14 +278,14 @@ fn special_dirs(w: &mut Walker<'_>, tree: &mut Tree) -> Result<VecDeque<u64>, Fs
                 queue.push_back(special);
             }
             None => {
-                return Err(FsError::NeedsRepair(format!(
-                    "the {} directory (inode {special}) is unreadable; cannot repair",
-                    if special == w.sb.root_ino {
+                return Err(FsError::NeedsRepair(Damage::Unrepairable {
+                    what: if special == w.sb.root_ino {
                         "root"
                     } else {
                         "orphan"
-                    }
-                )))
+                    },
+                    ino: special,
+                }))
             }
         }
     }

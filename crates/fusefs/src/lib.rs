@@ -37,7 +37,7 @@ pub mod fuse;
 pub mod opcount;
 pub mod store;
 
-pub use error::{Errno, FormatError, FsError, StoreError};
+pub use error::{Damage, Errno, FormatError, FsError, StoreError};
 pub use filesystem::{
     mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
     RENAME_EXCHANGE, RENAME_NOREPLACE,

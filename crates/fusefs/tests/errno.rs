@@ -5,7 +5,10 @@
 use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice, Fault};
-use ptsd_fs::{mkfs, Caller, DirectStore, Errno, FileSystem, JournalStore, MkfsOptions, Store};
+use ptsd_fs::{
+    mkfs, Caller, Damage, DirectStore, Errno, FileSystem, FormatError, FsError, JournalStore,
+    MkfsOptions, Store,
+};
 use ptsd_ftl::{FtlConfig, FtlError, Ssd, SsdDevice, StoreKind, Variant};
 use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig};
 
@@ -131,4 +134,31 @@ fn fatal_journal_error_makes_writes_erofs() {
     assert_eq!(fs.create(root, b"g", 0o644, ME).unwrap_err(), Errno::EROFS);
     assert_eq!(fs.write(f.ino, 0, b"after").unwrap_err(), Errno::EROFS);
     assert_eq!(fs.unlink(root, b"f").unwrap_err(), Errno::EROFS);
+}
+
+#[test]
+fn damage_at_mount_is_typed() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(CrashDevice::new(4096, 1024).unwrap());
+    let fs = fresh_direct(dev.clone());
+    let root = fs.root();
+    fs.close().unwrap();
+    let mut b = vec![0u8; 4096];
+    dev.read(root, &mut b).unwrap();
+    b[100] ^= 0xff;
+    dev.write(root, &b).unwrap();
+    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev).unwrap());
+    let e = FileSystem::mount(store)
+        .err()
+        .expect("a damaged root must not mount");
+    assert!(
+        matches!(
+            &e,
+            FsError::NeedsRepair(Damage::Unloadable {
+                what: "root directory",
+                source: FormatError::Corrupt { .. },
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(std::error::Error::source(&e).is_some(), "{e}");
 }
