@@ -87,12 +87,13 @@ pub enum JournalError {
     #[error("journal stopped after an earlier failure: {0}")]
     Failed(#[source] Arc<Failure>),
     /// The OS refused to start one of the journal's threads.
-    #[error("cannot start journal thread {name}: {reason}")]
+    #[error("cannot start journal thread {name}: {source}")]
     Spawn {
         /// The thread's name.
         name: String,
         /// What the OS said.
-        reason: String,
+        #[source]
+        source: std::io::Error,
     },
 }
 

@@ -715,10 +715,7 @@ impl Journal {
         let handle = std::thread::Builder::new()
             .name(name.clone())
             .spawn(f)
-            .map_err(|e| JournalError::Spawn {
-                name,
-                reason: e.to_string(),
-            })?;
+            .map_err(|source| JournalError::Spawn { name, source })?;
         self.threads.lock().push(handle);
         Ok(())
     }
