@@ -281,6 +281,7 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
     if pid > 0 {
         // SAFETY: fds[1] is our open write end; fds[0] is an open fd we now own.
         unsafe { libc::close(fds[1]) };
+        // SAFETY: as above, fds[0] is ours alone from here on.
         let mut r = unsafe { std::fs::File::from_raw_fd(fds[0]) };
         let mut msg = String::new();
         let _ = r.read_to_string(&mut msg);

@@ -36,6 +36,7 @@ fn is_fuse_mounted(dir: &Path) -> bool {
     let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
     // SAFETY: `st` is a plain C struct filled by statfs; `c` is NUL-terminated.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
     r == 0 && st.f_type as i64 == 0x6573_5546
 }
@@ -329,6 +330,7 @@ fn posix_operations_through_std_fs() {
     let c = cstr(&m.dir);
     // SAFETY: plain C struct filled by statvfs.
     let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `sv` a valid statvfs to fill.
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut sv) }, 0);
     assert_eq!(sv.f_bsize, 4096);
     assert!(sv.f_bfree > 0 && sv.f_bfree < sv.f_blocks);

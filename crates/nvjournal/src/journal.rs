@@ -1520,6 +1520,7 @@ impl Inner {
                 .iter()
                 .map(|&(b, pos)| {
                     let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
+                    // SAFETY: a staged slot in [tail, head), see above.
                     unsafe { self.region.borrow_unshared(off, bs) }.map(|d| (b, d))
                 })
                 .collect();
@@ -1531,6 +1532,7 @@ impl Inner {
             buf.resize(bs * chunk.len(), 0);
             for (i, &(_, pos)) in chunk.iter().enumerate() {
                 let off = self.geo.slot_offset(p, pos) + SLOT_HEADER;
+                // SAFETY: a staged slot in [tail, head), see above.
                 unsafe {
                     self.region
                         .read_unshared(off, &mut buf[i * bs..(i + 1) * bs])
