@@ -353,6 +353,8 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             bail!(msg);
         }
     };
+    // Waits for INIT on its own thread, served once `run` below starts.
+    ptsd_fs::fuse::raise_readahead(&a.dir);
     let pidf = pid_file(&a.dir);
     if let Some(parent) = pidf.parent() {
         let _ = std::fs::create_dir_all(parent);

@@ -32,7 +32,9 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, MutexGuard};
-use ptsd_fs::fuse::{mount_config as ptsd_mount_config, MountOpts, INIT_FLAGS, TTL};
+use ptsd_fs::fuse::{
+    mount_config as ptsd_mount_config, raise_readahead, MountOpts, INIT_FLAGS, TTL,
+};
 use ptsd_fs::opcount::{Counted, OpCounts};
 
 use super::{FsBenchError, Result};
@@ -910,10 +912,14 @@ pub fn serve(dir: &Path, options: NoopOptions) -> Result<()> {
     let counts = check(&options)?;
     let config = mount_config(&options);
     let fs = Counted::new(NoopFs::new(options), counts);
-    fuser::mount(fs, dir, &config).map_err(|e| FsBenchError::Mount {
+    let err = |e: std::io::Error| FsBenchError::Mount {
         path: dir.to_path_buf(),
         detail: format!("serving the no-op fs: {e}"),
-    })
+    };
+    let session = fuser::Session::new(fs, dir, &config).map_err(err)?;
+    // The same read-ahead window as a ptsd-fs mount (like with like).
+    raise_readahead(dir);
+    session.run().map_err(err)
 }
 
 impl NoopMount {
@@ -927,6 +933,7 @@ impl NoopMount {
             path: dir.to_path_buf(),
             detail: format!("fuse mount of the no-op fs failed: {e}"),
         })?;
+        raise_readahead(dir);
         Ok(NoopMount {
             session: Some(session),
             dir: dir.to_path_buf(),
