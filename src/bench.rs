@@ -1,6 +1,8 @@
 //! `ptsd bench …`: benchmarks that report figures against their targets.
 
+#[cfg(not(target_env = "musl"))]
 mod blk;
+#[cfg(not(target_env = "musl"))]
 mod blkbuf;
 mod dir;
 mod fs;
@@ -27,6 +29,7 @@ enum BenchCommand {
     /// Block load generator (fio's basic knobs) on tokio-uring: a file,
     /// /dev/ublkbN or any block device; IOPS, MB/s, latency percentiles,
     /// JSON and a CDF plot.
+    #[cfg(not(target_env = "musl"))]
     Blk(blk::BlkArgs),
     /// One ptsd-fs directory grown to a million entries in-process: insert
     /// and lookup CPU time per entry, journal blocks per insert, per window.
@@ -58,6 +61,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Fs(a) => fs::run(*a),
         BenchCommand::Journal(a) => journal::run(a),
         BenchCommand::Dir(a) => dir::run(a),
+        #[cfg(not(target_env = "musl"))]
         BenchCommand::Blk(a) => blk::run(a),
         BenchCommand::NoopMount(a) => {
             let defaults = ptsd_bench::fsbench::noopfs::NoopOptions::default();
