@@ -524,49 +524,6 @@ pub(crate) fn wrap_from_env(region: Box<dyn Persist>) -> Box<dyn Persist> {
     }
 }
 
-impl Persist for Box<dyn Persist> {
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn mode(&self) -> RegionMode {
-        (**self).mode()
-    }
-    fn write(&self, offset: usize, data: &[u8]) {
-        (**self).write(offset, data)
-    }
-    fn read(&self, offset: usize, buf: &mut [u8]) {
-        (**self).read(offset, buf)
-    }
-    unsafe fn write_unshared(&self, offset: usize, data: &[u8]) {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).write_unshared(offset, data) }
-    }
-    unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).read_unshared(offset, buf) }
-    }
-    unsafe fn borrow_unshared(&self, offset: usize, len: usize) -> Option<&[u8]> {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).borrow_unshared(offset, len) }
-    }
-    unsafe fn write_persist_unshared(&self, offset: usize, parts: &[&[u8]]) {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).write_persist_unshared(offset, parts) }
-    }
-    fn persist_ranges(&self, ranges: &[(usize, usize)]) {
-        (**self).persist_ranges(ranges)
-    }
-    fn persist(&self, offset: usize, len: usize) {
-        (**self).persist(offset, len)
-    }
-    fn sync(&self) -> Result<(), RegionError> {
-        (**self).sync()
-    }
-    fn check_durable(&self) {
-        (**self).check_durable()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

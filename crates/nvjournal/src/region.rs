@@ -157,48 +157,55 @@ pub trait Persist: Send + Sync {
     fn check_durable(&self) {}
 }
 
-impl<T: Persist + ?Sized> Persist for std::sync::Arc<T> {
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn mode(&self) -> RegionMode {
-        (**self).mode()
-    }
-    fn write(&self, offset: usize, data: &[u8]) {
-        (**self).write(offset, data)
-    }
-    fn read(&self, offset: usize, buf: &mut [u8]) {
-        (**self).read(offset, buf)
-    }
-    unsafe fn write_unshared(&self, offset: usize, data: &[u8]) {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).write_unshared(offset, data) }
-    }
-    unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).read_unshared(offset, buf) }
-    }
-    unsafe fn borrow_unshared(&self, offset: usize, len: usize) -> Option<&[u8]> {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).borrow_unshared(offset, len) }
-    }
-    unsafe fn write_persist_unshared(&self, offset: usize, parts: &[&[u8]]) {
-        // SAFETY: the caller's guarantee is passed on unchanged.
-        unsafe { (**self).write_persist_unshared(offset, parts) }
-    }
-    fn persist_ranges(&self, ranges: &[(usize, usize)]) {
-        (**self).persist_ranges(ranges)
-    }
-    fn persist(&self, offset: usize, len: usize) {
-        (**self).persist(offset, len)
-    }
-    fn sync(&self) -> Result<(), RegionError> {
-        (**self).sync()
-    }
-    fn check_durable(&self) {
-        (**self).check_durable()
-    }
+/// A shared or boxed region is the region it points to.
+macro_rules! forward_persist {
+    ($($ptr:ident)::+) => {
+        impl<T: Persist + ?Sized> Persist for $($ptr)::+<T> {
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn mode(&self) -> RegionMode {
+                (**self).mode()
+            }
+            fn write(&self, offset: usize, data: &[u8]) {
+                (**self).write(offset, data)
+            }
+            fn read(&self, offset: usize, buf: &mut [u8]) {
+                (**self).read(offset, buf)
+            }
+            unsafe fn write_unshared(&self, offset: usize, data: &[u8]) {
+                // SAFETY: the caller's guarantee is passed on unchanged.
+                unsafe { (**self).write_unshared(offset, data) }
+            }
+            unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
+                // SAFETY: the caller's guarantee is passed on unchanged.
+                unsafe { (**self).read_unshared(offset, buf) }
+            }
+            unsafe fn borrow_unshared(&self, offset: usize, len: usize) -> Option<&[u8]> {
+                // SAFETY: the caller's guarantee is passed on unchanged.
+                unsafe { (**self).borrow_unshared(offset, len) }
+            }
+            unsafe fn write_persist_unshared(&self, offset: usize, parts: &[&[u8]]) {
+                // SAFETY: the caller's guarantee is passed on unchanged.
+                unsafe { (**self).write_persist_unshared(offset, parts) }
+            }
+            fn persist_ranges(&self, ranges: &[(usize, usize)]) {
+                (**self).persist_ranges(ranges)
+            }
+            fn persist(&self, offset: usize, len: usize) {
+                (**self).persist(offset, len)
+            }
+            fn sync(&self) -> Result<(), RegionError> {
+                (**self).sync()
+            }
+            fn check_durable(&self) {
+                (**self).check_durable()
+            }
+        }
+    };
 }
+forward_persist!(std::sync::Arc);
+forward_persist!(Box);
 
 /// A memory-mapped file used as persistent memory.
 ///
