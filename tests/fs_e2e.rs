@@ -1,3 +1,4 @@
+// Over 800 lines: every test shares the mount helpers at the top, and one binary keeps the mounts serialized.
 //! End-to-end tests of ptsd-fs: real FUSE mounts (as root) driven through
 //! std::fs, libc and shell tools. Each test skips, saying why, where
 //! /dev/fuse is missing or the tests do not run as root.

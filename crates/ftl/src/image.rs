@@ -1,3 +1,4 @@
+// Over 800 lines (by ~15): the image format, its codec and the OOB recovery scan that reads it are one unit.
 //! The persistent store: an SSD image on a `BlockDevice`, and recovery.
 //!
 //! Layout, in pages of the SSD's page size (the device's block size must

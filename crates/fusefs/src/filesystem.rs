@@ -1,3 +1,4 @@
+// Over 800 lines: the split into inode cache, namespace, data and inode I/O modules (as xattr/seek/symlink/tmpfile already are) is still open.
 //! The file system proper: inodes, directories, data, xattrs, each operation
 //! one transaction on the [`Store`].
 //!

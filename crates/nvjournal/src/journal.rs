@@ -1,3 +1,4 @@
+// Over 800 lines: the split into stage, commit, checkpoint and trigger modules is still open.
 //! The journal: staging, transactions, group commit, reads, and the
 //! background threads (commit workers, checkpointers, trigger).
 

@@ -1,3 +1,4 @@
+// Over 800 lines: one FUSE handler per opcode ptsd-fs answers, kept together so the ceiling's replies can be read against ptsd-fs's.
 //! A minimal in-memory FUSE file system that does no real work: the FUSE
 //! ceiling of the machine, for comparison with ptsd-fs.
 //!

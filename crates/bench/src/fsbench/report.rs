@@ -1,3 +1,4 @@
+// Over 800 lines: the table, the JSON and the verdicts read the same per-round data; splitting them would pass it through three files.
 //! From the suite's runs to the comparison: per-target medians and spread,
 //! ratios paired per round within a durability class (or against the FUSE
 //! ceiling), goals judged on the median, and the table.
