@@ -1,0 +1,437 @@
+//! File data: read, write, truncate (setattr), fallocate.
+
+use super::{ext_slack, put_inode, Attr, FileSystem, Inode, SetAttr, SetTime, Writes};
+use super::{BS, MAX_FILE_SIZE, S_IFMT, S_IFREG};
+use crate::error::Errno;
+use crate::extent::ExtentMap;
+use crate::format::{encode_xattrs, Ts, BLOCK_SIZE};
+
+impl FileSystem {
+    /// Read up to `size` bytes at `offset`.
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let g = self.lock(ino)?;
+        if g.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if offset >= g.d.size {
+            return Ok(Vec::new());
+        }
+        let end = g.d.size.min(offset + u64::from(size));
+        let mut out = vec![0u8; (end - offset) as usize];
+        let mut blockbuf = vec![0u8; BLOCK_SIZE];
+        let mut pos = offset;
+        while pos < end {
+            let lblk = pos / BS;
+            let in_blk = (pos % BS) as usize;
+            let n = ((BS - pos % BS).min(end - pos)) as usize;
+            let o = (pos - offset) as usize;
+            if let Some((pblk, false, _)) = g.ext.lookup(lblk) {
+                self.store.read(pblk, &mut blockbuf)?;
+                out[o..o + n].copy_from_slice(&blockbuf[in_blk..in_blk + n]);
+            }
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// Write `data` at `offset`; returns the bytes written. Clears setuid,
+    /// setgid (if group-executable) and `security.capability`, as a write
+    /// by an unprivileged process does.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        self.write_as(ino, offset, data, true)
+    }
+
+    /// [`write`](Self::write), saying whether the writer lacks the
+    /// privilege to keep setuid/setgid and file capabilities (`kill_priv`:
+    /// the kernel's `FUSE_WRITE_KILL_SUIDGID`; a process with CAP_FSETID
+    /// keeps them, as on other Linux file systems).
+    pub fn write_as(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        kill_priv: bool,
+    ) -> Result<u32, Errno> {
+        self.writable()?;
+        let mut g = self.lock(ino)?;
+        if g.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        let first = offset / BS;
+        let last = (end - 1) / BS;
+        // What must be allocated, and how many new runs at most.
+        let mut missing = 0u64;
+        let mut converts = 0usize;
+        let mut l = first;
+        while l <= last {
+            match g.ext.lookup(l) {
+                Some((_, unw, left)) => {
+                    let n = left.min(last - l + 1);
+                    if unw {
+                        converts += 2;
+                    }
+                    l += n;
+                }
+                None => {
+                    missing += 1;
+                    l += 1;
+                }
+            }
+        }
+        let added_runs = if missing > 0 {
+            missing.min(64) as usize + 2
+        } else {
+            0
+        } + converts;
+        let need = missing
+            + if added_runs > 0 {
+                ext_slack(&g, added_runs.max(missing as usize))
+            } else {
+                0
+            };
+        let goal = g.ext.goal(first).unwrap_or(ino + 1);
+        // Written runs may merge back into fewer: hold the chain's groups
+        // so the blocks it no longer needs are freed.
+        let shrink = if converts > 0 {
+            g.chain.runs()
+        } else {
+            Vec::new()
+        };
+        let mut ctx = if need > 0 || !shrink.is_empty() {
+            Some(self.alloc.prepare(need, goal, &shrink)?)
+        } else {
+            None
+        };
+        let mut w = Writes::new();
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for lblk in first..=last {
+            let bstart = lblk * BS;
+            let lo = offset.max(bstart);
+            let hi = end.min(bstart + BS);
+            let mapping = g.ext.lookup(lblk);
+            let pblk = match mapping {
+                Some((p, unw, _)) => {
+                    if unw {
+                        g.ext.punch(lblk, 1);
+                        g.ext.insert(lblk, p, 1, false);
+                    }
+                    p
+                }
+                None => {
+                    let ctx = ctx.as_mut().ok_or(Errno::EIO)?;
+                    let goal = g.ext.goal(lblk).unwrap_or(ino + 1);
+                    let run = ctx.alloc(1, goal);
+                    let (p, _) = *run.first().ok_or(Errno::ENOSPC)?;
+                    g.ext.insert(lblk, p, 1, false);
+                    p
+                }
+            };
+            let whole = lo == bstart && hi == bstart + BS;
+            if whole {
+                let o = (lo - offset) as usize;
+                w.insert(pblk, data[o..o + BLOCK_SIZE].to_vec());
+                continue;
+            }
+            if matches!(mapping, Some((_, false, _))) && bstart < g.d.size {
+                self.store.read(pblk, &mut buf)?;
+                // Bytes past EOF must read back as zero after an extension.
+                if g.d.size < bstart + BS && g.d.size > bstart {
+                    let keep = (g.d.size - bstart) as usize;
+                    buf[keep..].fill(0);
+                }
+            } else {
+                buf.fill(0);
+            }
+            let o = (lo - offset) as usize;
+            let n = (hi - lo) as usize;
+            buf[(lo - bstart) as usize..(lo - bstart) as usize + n]
+                .copy_from_slice(&data[o..o + n]);
+            w.insert(pblk, buf.clone());
+        }
+        let now = Ts::now();
+        g.d.size = g.d.size.max(end);
+        g.d.mtime = now;
+        g.d.ctime = now;
+        if kill_priv {
+            self.kill_priv(&mut g, &mut w)?;
+        }
+        put_inode(&mut g, ctx.as_mut(), &mut w)?;
+        self.commit(w, ctx)?;
+        Ok(data.len() as u32)
+    }
+
+    /// What a write, truncate or chown by an unprivileged process does to a
+    /// file's privileges (Linux's `file_remove_privs`): drop setuid, setgid
+    /// when the group may execute (otherwise it marks mandatory locking),
+    /// and the `security.capability` xattr. Adds the xattr block to `w`
+    /// if it changed.
+    fn kill_priv(&self, g: &mut Inode, w: &mut Writes) -> Result<(), Errno> {
+        if g.is_dir() {
+            return Ok(());
+        }
+        g.d.mode &= !libc::S_ISUID;
+        if g.d.mode & libc::S_IXGRP != 0 {
+            g.d.mode &= !libc::S_ISGID;
+        }
+        if g.d.xattr_blk == 0 {
+            return Ok(());
+        }
+        self.ensure_xattrs(g)?;
+        let map = g.xattrs.as_mut().ok_or(Errno::EIO)?;
+        if map.remove(&b"security.capability"[..]).is_some() {
+            g.d.ctime = Ts::now();
+            w.insert(
+                g.d.xattr_blk,
+                encode_xattrs(
+                    g.d.ino,
+                    map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs of device blocks that `[lblk, ∞)` maps to.
+    fn runs_from(ext: &ExtentMap, lblk: u64) -> Vec<(u64, u64)> {
+        let mut probe = ext.clone();
+        probe.punch(lblk, u64::MAX - lblk)
+    }
+
+    fn runs_in(ext: &ExtentMap, lblk: u64, count: u64) -> Vec<(u64, u64)> {
+        let mut probe = ext.clone();
+        probe.punch(lblk, count)
+    }
+
+    /// Zero `[from, to)` inside one block of `g` (if it holds written data).
+    fn zero_partial(&self, g: &Inode, from: u64, to: u64, w: &mut Writes) -> Result<(), Errno> {
+        if from >= to {
+            return Ok(());
+        }
+        let lblk = from / BS;
+        if let Some((pblk, false, _)) = g.ext.lookup(lblk) {
+            let mut buf = match w.get(&pblk) {
+                Some(b) => b.clone(),
+                None => self.read_block(pblk)?,
+            };
+            let a = (from - lblk * BS) as usize;
+            let b = (to - lblk * BS) as usize;
+            buf[a..b].fill(0);
+            w.insert(pblk, buf);
+        }
+        Ok(())
+    }
+
+    /// Change attributes (chmod, chown, truncate, utimens).
+    pub fn setattr(&self, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
+        self.writable()?;
+        let mut g = self.lock(ino)?;
+        let now = Ts::now();
+        let mut w = Writes::new();
+        let mut ctx = None;
+        if let Some(size) = set.size {
+            if g.is_dir() {
+                return Err(Errno::EISDIR);
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(Errno::EFBIG);
+            }
+            if size < g.d.size {
+                let keep_blocks = size.div_ceil(BS);
+                let frees = Self::runs_from(&g.ext, keep_blocks);
+                let lock = [frees.clone(), g.chain.runs()].concat();
+                let mut c = self.alloc.prepare(0, 0, &lock)?;
+                if size % BS != 0 {
+                    self.zero_partial(&g, size, (size / BS + 1) * BS, &mut w)?;
+                }
+                g.ext.punch(keep_blocks, u64::MAX - keep_blocks);
+                for (s, l) in frees {
+                    c.free(s, l)?;
+                }
+                ctx = Some(c);
+            } else if size > g.d.size && g.d.size % BS != 0 {
+                // Bytes between the old EOF and the block end must read as zero.
+                let old = g.d.size;
+                self.zero_partial(&g, old, (old / BS + 1) * BS, &mut w)?;
+            }
+            if size != g.d.size {
+                g.d.size = size;
+                g.d.mtime = now;
+            }
+        }
+        // A chown always drops the file's privileges (as Linux does, even
+        // for root); a truncate does when the caller is unprivileged.
+        let chown = set.uid.is_some() || set.gid.is_some();
+        if chown || (set.size.is_some() && set.kill_priv) {
+            self.kill_priv(&mut g, &mut w)?;
+        }
+        if let Some(uid) = set.uid {
+            g.d.uid = uid;
+        }
+        if let Some(gid) = set.gid {
+            g.d.gid = gid;
+        }
+        if let Some(mode) = set.mode {
+            g.d.mode = (g.d.mode & S_IFMT) | (mode & !S_IFMT);
+        }
+        let resolve = |t: SetTime| match t {
+            SetTime::At(t) => t,
+            SetTime::Now => now,
+        };
+        if let Some(t) = set.atime {
+            g.d.atime = resolve(t);
+        }
+        if let Some(t) = set.mtime {
+            g.d.mtime = resolve(t);
+        }
+        g.d.ctime = now;
+        put_inode(&mut g, ctx.as_mut(), &mut w)?;
+        self.commit(w, ctx)?;
+        Ok(g.attr())
+    }
+
+    /// Preallocate (mode 0 or `FALLOC_FL_KEEP_SIZE`), punch a hole
+    /// (`PUNCH_HOLE|KEEP_SIZE`) or zero a range (`ZERO_RANGE`).
+    pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        self.writable()?;
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        if mode
+            & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE)
+            != 0
+        {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if punch && (!keep || zero) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if length == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        let mut g = self.lock(ino)?;
+        if g.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if g.d.mode & S_IFMT != S_IFREG {
+            return Err(Errno(libc::ENODEV));
+        }
+        let now = Ts::now();
+        let mut w = Writes::new();
+        let first_whole = offset.div_ceil(BS);
+        let end_whole = end / BS;
+        if punch || zero {
+            // Zero partial edges, unmap whole blocks (zero range then
+            // re-reserves them as unwritten).
+            let whole = end_whole.saturating_sub(first_whole);
+            let frees = if whole > 0 {
+                Self::runs_in(&g.ext, first_whole, whole)
+            } else {
+                Vec::new()
+            };
+            let realloc = if zero { whole } else { 0 };
+            let slack = if realloc > 0 {
+                ext_slack(&g, realloc.min(64) as usize + 2)
+            } else {
+                0
+            };
+            let lock = [frees.clone(), g.chain.runs()].concat();
+            let mut ctx = self.alloc.prepare(
+                realloc + slack,
+                g.ext.goal(first_whole).unwrap_or(ino + 1),
+                &lock,
+            )?;
+            if first_whole * BS > offset || whole == 0 {
+                let a = offset;
+                let b = end.min((offset / BS + 1) * BS);
+                self.zero_partial(&g, a, b, &mut w)?;
+            }
+            if end_whole * BS < end && end_whole >= first_whole && end_whole * BS >= offset {
+                self.zero_partial(&g, end_whole * BS, end, &mut w)?;
+            }
+            if whole > 0 {
+                g.ext.punch(first_whole, whole);
+                for (s, l) in frees {
+                    ctx.free(s, l)?;
+                }
+                if zero {
+                    let mut lblk = first_whole;
+                    while lblk < end_whole {
+                        let goal = g.ext.goal(lblk).unwrap_or(ino + 1);
+                        let runs = ctx.alloc(end_whole - lblk, goal);
+                        if runs.is_empty() {
+                            return Err(Errno::ENOSPC);
+                        }
+                        for (s, l) in runs {
+                            g.ext.insert(lblk, s, l, true);
+                            lblk += l;
+                        }
+                    }
+                }
+            }
+            if zero && !keep && end > g.d.size {
+                g.d.size = end;
+            }
+            g.d.mtime = now;
+            g.d.ctime = now;
+            put_inode(&mut g, Some(&mut ctx), &mut w)?;
+            return self.commit(w, Some(ctx));
+        }
+        // Preallocate unwritten blocks in the holes.
+        let first = offset / BS;
+        let last = (end - 1) / BS;
+        let mut holes = Vec::new();
+        let mut l = first;
+        while l <= last {
+            match g.ext.lookup(l) {
+                Some((_, _, left)) => l += left,
+                None => {
+                    let stop = g.ext.next_mapped(l).unwrap_or(u64::MAX).min(last + 1);
+                    holes.push((l, stop - l));
+                    l = stop;
+                }
+            }
+        }
+        let missing: u64 = holes.iter().map(|h| h.1).sum();
+        let slack = if missing > 0 {
+            ext_slack(&g, holes.len() + 64)
+        } else {
+            0
+        };
+        let mut ctx = self.alloc.prepare(
+            missing + slack,
+            g.ext.goal(first).unwrap_or(ino + 1),
+            &g.chain.runs(),
+        )?;
+        for (mut lblk, count) in holes {
+            let stop = lblk + count;
+            while lblk < stop {
+                let goal = g.ext.goal(lblk).unwrap_or(ino + 1);
+                let runs = ctx.alloc(stop - lblk, goal);
+                if runs.is_empty() {
+                    return Err(Errno::ENOSPC);
+                }
+                for (s, n) in runs {
+                    g.ext.insert(lblk, s, n, true);
+                    lblk += n;
+                }
+            }
+        }
+        if !keep && end > g.d.size {
+            g.d.size = end;
+        }
+        g.d.ctime = now;
+        put_inode(&mut g, Some(&mut ctx), &mut w)?;
+        self.commit(w, Some(ctx))
+    }
+}
