@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use ptsd_blockdev::size::parse_size;
 use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_fs::Caller;
 use ptsd_nvjournal::JournalConfig;
@@ -42,9 +43,9 @@ pub struct DirArgs {
     /// Journal region file.
     #[arg(long, default_value = "/dev/shm/ptsd-bench-dir.journal")]
     journal: PathBuf,
-    /// Journal size in MiB.
-    #[arg(long, default_value_t = 256)]
-    journal_mib: u64,
+    /// Journal size (e.g. 256MiB).
+    #[arg(long, value_parser = parse_size, default_value = "256MiB")]
+    journal_size: u64,
     /// Seed of the lookup order.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -79,7 +80,7 @@ pub fn run(a: DirArgs) -> Result<()> {
         DeviceSpec::Device(dev),
         JournalSpec::File(a.journal.clone()),
     );
-    spec.journal_bytes = a.journal_mib << 20;
+    spec.journal_bytes = a.journal_size;
     spec.journal_config = JournalConfig::partitioned(4);
     let stack = Stack::open(spec).with_context(|| format!("journal {}", a.journal.display()))?;
     let journal = stack.store().journal().clone();

@@ -16,6 +16,7 @@ use ptsd_bench::fsbench::suite::{
 };
 use ptsd_bench::fsbench::target::{self, Ext4Setup};
 use ptsd_bench::fsbench::{Bound, SyncKind, TokubenchConfig, VarmailConfig};
+use ptsd_blockdev::size::parse_size;
 
 /// The targets `ptsd bench fs` can set up. Each one's class, role and
 /// setup are in [`spec`]; comparisons follow from class and role.
@@ -70,14 +71,14 @@ pub struct FsArgs {
     /// removed afterwards. RAM images and journals go to /dev/shm.
     #[arg(long)]
     work_dir: Option<PathBuf>,
-    /// Size of each ext4 data image, MiB (written in full once, reformatted
+    /// Size of each ext4 data image (written in full once, reformatted
     /// every round).
-    #[arg(long, default_value_t = 4096)]
-    ext4_size_mib: u64,
-    /// Size of ext4-ramjournal's external journal, MiB (ptsd's journal is
+    #[arg(long, value_parser = parse_size, default_value = "4GiB")]
+    ext4_size: u64,
+    /// Size of ext4-ramjournal's external journal (ptsd's journal is
     /// 256 MiB by default).
-    #[arg(long, default_value_t = 256)]
-    ramjournal_mib: u64,
+    #[arg(long, value_parser = parse_size, default_value = "256MiB")]
+    ramjournal_size: u64,
     /// Worker threads of each workload.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -181,7 +182,7 @@ fn ptsd_spawn(
 
 /// The definition of each target: class, role, setup.
 fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
-    let size = a.ext4_size_mib << 20;
+    let size = a.ext4_size;
     let ext4 = |name: &str, durability, image: PathBuf, journal| TargetSpec {
         name: name.into(),
         durability,
@@ -211,10 +212,7 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
             suite::EXT4_RAMJOURNAL,
             Durability::ProcessCrash,
             p.work_dir.join("ext4-ramjournal.img"),
-            Some((
-                p.shm_file("ext4-ramjournal.journal"),
-                a.ramjournal_mib << 20,
-            )),
+            Some((p.shm_file("ext4-ramjournal.journal"), a.ramjournal_size)),
         ),
         Target::Host => {
             let path = p.work_dir.join("host");

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
+use ptsd_blockdev::size::parse_size;
 use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_nvjournal::{Journal, JournalConfig, JournalKind, Persist, PmemRegion};
 
@@ -41,9 +42,9 @@ pub struct JournalArgs {
     /// Journal region file (tmpfs gives the paper's DRAM-as-NVM mode).
     #[arg(long, default_value = "/dev/shm/ptsd-bench-journal")]
     region: PathBuf,
-    /// Region size in MiB.
-    #[arg(long, default_value_t = 256)]
-    region_mib: u64,
+    /// Region size (e.g. 256MiB).
+    #[arg(long, value_parser = parse_size, default_value = "256MiB")]
+    region_size: u64,
     /// Home device size in 4 KiB blocks (in memory); blocks are picked
     /// uniformly from it, so it is also the hot set the checkpoints dedupe.
     #[arg(long, default_value_t = 2048)]
@@ -103,7 +104,7 @@ impl RunResult {
 
 fn run_one(args: &JournalArgs, kind: JournalKind, threads: usize) -> Result<RunResult> {
     let _ = std::fs::remove_file(&args.region);
-    let region = PmemRegion::open_file(&args.region, args.region_mib << 20)
+    let region = PmemRegion::open_file(&args.region, args.region_size)
         .with_context(|| format!("mapping {}", args.region.display()))?;
     let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(BS as u32, args.device_blocks)?);
     let cfg = JournalConfig {
@@ -332,11 +333,11 @@ pub fn run(args: JournalArgs) -> Result<()> {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     outln!("load average at start: {}", load.trim());
     outln!(
-        "journal bench: region {} ({}), flush instruction {}, {} MiB, {} B blocks, {} blocks/tx, commit every {} tx, hot set {} blocks, checkpoint at {:.0}% fill, {:.1} s per run, {} rounds (kind order rotated each round), {} cores",
+        "journal bench: region {} ({}), flush instruction {}, {}, {} B blocks, {} blocks/tx, commit every {} tx, hot set {} blocks, checkpoint at {:.0}% fill, {:.1} s per run, {} rounds (kind order rotated each round), {} cores",
         args.region.display(),
         probe.mode(),
         probe.flush_instr(),
-        args.region_mib,
+        ptsd_blockdev::size::ByteSize(args.region_size),
         BS,
         args.blocks_per_tx,
         args.commit_every,

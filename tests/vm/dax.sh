@@ -135,7 +135,7 @@ dax_bench() {
         r=$((r + 1))
         for place in dax:$PMEM tmpfs:/mnt/bshm; do
             ptsd bench journal --kinds partitioned --threads 1 --rounds 1 --seconds 1 \
-                --region-mib 32 --region "${place#*:}/bench" > /tmp/bench.out 2>&1 ||
+                --region-size 32MiB --region "${place#*:}/bench" > /tmp/bench.out 2>&1 ||
                 { cat /tmp/bench.out; return 1; }
             bps=$(awk '$1 == "median" && $2 ~ /^partitioned/ { print $4; exit }' /tmp/bench.out)
             [ -n "$bps" ] || { cat /tmp/bench.out; return 1; }
