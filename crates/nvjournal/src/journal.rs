@@ -72,6 +72,8 @@ pub struct JournalConfig {
     /// Commit records in the commit area (at least 2).
     pub commit_records: u32,
     /// Start a background commit + checkpoint when a ring is this full (0..1).
+    /// Above 0.75, [`Journal::begin`] commits and checkpoints itself when
+    /// it finds a ring over 3/4 full.
     pub checkpoint_fill: f64,
     /// Also commit + checkpoint in the background this often (None: only by
     /// fill level, backpressure and explicit calls).
@@ -1094,18 +1096,28 @@ impl Inner {
         if !self.high_water.load(Ordering::Relaxed) {
             return;
         }
-        let high = self.high_water_slots();
-        let over = || {
-            self.parts.iter().any(|p| {
-                p.ring.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high
-            })
-        };
+        let over = || self.over_high_water();
         if !over() {
             self.high_water.store(false, Ordering::Relaxed);
             return;
         }
         self.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+        // With the fill level above the mark, the trigger does not fire for
+        // a ring at the mark, and a checkpoint frees only what is committed:
+        // without commits (and no interval) this would wait forever. So the
+        // waiter commits what is finished itself, in this thread, as JBD2's
+        // handle reservation does (and a single-threaded run stays
+        // deterministic). With the fill level at or below the mark, the
+        // kick below has the trigger do it.
+        let commit_here = self.fill_threshold > self.high_water_slots();
         while over() && self.check_running().is_ok() && !self.shutdown.load(Ordering::SeqCst) {
+            if commit_here {
+                let fin = self.epochs.finished();
+                if !self.epochs.is_durable(fin) {
+                    // A failure stops the journal; the loop then ends.
+                    let _ = self.commit_covering(fin);
+                }
+            }
             self.kick_trigger();
             self.request_checkpoint();
             let mut g = self.space_lock.lock();
@@ -1319,6 +1331,15 @@ impl Inner {
             // Full: a kick is already pending, which is all this one asks.
             let _ = self.trigger_tx.try_send(());
         }
+    }
+
+    /// True if some ring holds at least `begin`'s high-water mark of live
+    /// slots (`begin` then waits for a checkpoint).
+    fn over_high_water(&self) -> bool {
+        let high = self.high_water_slots();
+        self.parts
+            .iter()
+            .any(|p| p.ring.head.load(Ordering::Relaxed) >= p.tail.load(Ordering::Relaxed) + high)
     }
 
     /// True if some ring holds at least the fill level of live slots.

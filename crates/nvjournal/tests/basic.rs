@@ -299,6 +299,66 @@ fn backpressure_waits_for_checkpoint_and_full_is_reported() {
     j.close().unwrap();
 }
 
+/// A fill level above `begin`'s high-water mark (3/4) and no interval:
+/// once a ring passes the mark, `begin` waits for a checkpoint, and the
+/// trigger must start one even though the fill level was never reached.
+/// (It used to wait forever: nothing commits, so nothing frees the ring.)
+#[test]
+fn begin_over_high_water_gets_room_without_interval_or_commits() {
+    for cfg in [
+        JournalConfig::partitioned(1),
+        JournalConfig::single_lock(),
+        JournalConfig::short_lock(),
+    ] {
+        let kind = cfg.kind;
+        let d = dev(64);
+        let region = CrashRegion::new(8192 + 16 * (4096 + 64) + 4096);
+        let cfg = JournalConfig {
+            checkpoint_fill: 0.9,
+            ..quiet(cfg)
+        };
+        let j = Journal::create(region, d.clone(), cfg).unwrap();
+        let slots = j.geometry().slots;
+        assert!(slots >= 8, "{slots} slots");
+        let txs = slots * 4;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let worker = {
+            let j = j.clone();
+            std::thread::spawn(move || {
+                // Finished transactions only, never an explicit commit.
+                for i in 0..txs {
+                    let mut tx = j.begin();
+                    tx.write(i % 64, &block(i)).unwrap();
+                    tx.finish().unwrap();
+                    done_tx.send(i).unwrap();
+                }
+            })
+        };
+        for i in 0..txs {
+            match done_rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(n) => assert_eq!(n, i),
+                Err(e) => panic!(
+                    "{kind:?}: transaction {i} of {txs} ({slots} slots, fill 0.9, no interval) \
+                     never got past begin: {e}"
+                ),
+            }
+        }
+        worker.join().unwrap();
+        assert!(
+            j.stats().checkpoints > 0,
+            "{kind:?}: checkpoints freed the ring"
+        );
+        j.close().unwrap();
+        let mut buf = vec![0u8; BS];
+        let last = txs - 1;
+        d.read(last % 64, &mut buf).unwrap();
+        assert!(
+            buf == block(last),
+            "{kind:?}: the last write reached the device"
+        );
+    }
+}
+
 #[test]
 fn file_region_reports_its_mode_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
