@@ -6,14 +6,22 @@ pub enum BlockError {
     /// The extent `[block, block + count)` is not on the device.
     #[error("blocks {block}..{} out of range (device has {capacity} blocks)", .block.saturating_add(*.count))]
     OutOfRange {
+        /// First block of the request.
         block: u64,
+        /// Blocks requested.
         count: u64,
+        /// Blocks on the device.
         capacity: u64,
     },
     /// The buffer is empty or not a whole number of blocks (or, for
     /// O_DIRECT, not suitably aligned in memory).
     #[error("buffer of {len} bytes is not a non-empty multiple of the {block_size}-byte block")]
-    Misaligned { len: usize, block_size: u32 },
+    Misaligned {
+        /// Bytes in the buffer.
+        len: usize,
+        /// The device's block size in bytes.
+        block_size: u32,
+    },
     /// A device configuration that cannot work (zero size, block size not a
     /// power of two, a file that is not a whole number of blocks...).
     #[error("invalid device configuration: {0}")]
@@ -23,7 +31,10 @@ pub enum BlockError {
     Offline,
     /// An injected fault from a simulated device.
     #[error("injected I/O fault at block {block}")]
-    InjectedFault { block: u64 },
+    InjectedFault {
+        /// The block the fault hit.
+        block: u64,
+    },
     /// An injected flush failure from a simulated device: nothing written
     /// since the last successful flush became durable.
     #[error("injected flush fault")]

@@ -20,6 +20,7 @@
 //! assert_eq!(buf, vec![7u8; 4096]);
 //! assert!(dev.read(16, &mut buf).is_err()); // past the end: an error, not a panic
 //! ```
+#![warn(missing_docs)]
 
 mod aligned;
 mod corrupt;

@@ -38,6 +38,7 @@
 //! j.read(2, &mut buf).unwrap();
 //! assert_eq!(buf, vec![2u8; 4096]);
 //! ```
+#![warn(missing_docs)]
 
 mod bugs;
 mod crash;

@@ -18,6 +18,7 @@ use crate::stack::{repair_device, StackSpec};
 /// What [`mkfs`] made.
 #[derive(Debug)]
 pub struct Formatted {
+    /// The new file system's superblock.
     pub superblock: Superblock,
     /// The device, for messages.
     pub device: String,

@@ -26,7 +26,9 @@ pub enum DeviceSpec {
     /// checkpoint) is on `image` — a `CrashDevice` in power-cut tests. A
     /// blank image is formatted and gets a fresh file system.
     Ssd {
+        /// The SSD's geometry, timing and mapping scheme.
         config: Box<FtlConfig>,
+        /// Where its persistent state lives.
         image: Arc<dyn BlockDevice>,
     },
     /// The embedded default device: the emulated SSD (PTSD mapping,

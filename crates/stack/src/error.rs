@@ -11,6 +11,7 @@ pub enum StackError {
         .pid.map_or("another program (mounted or opened exclusively)".to_string(), |p| format!("PID {p}")),
         if *.serving { " (it serves a ptsd mount; unmount it first)" } else { "" })]
     InUse {
+        /// The locked image, device or journal.
         path: PathBuf,
         /// The holder, when /proc/locks names it.
         pid: Option<i32>,
@@ -22,7 +23,9 @@ pub enum StackError {
              to mount it without the changes that were not yet checkpointed, run `ptsd fsck --repair` \
              or mount with --discard-missing-journal", if *.ram { " (a RAM journal does not survive a reboot)" } else { "" })]
     JournalMissing {
+        /// The file system's device.
         device: String,
+        /// Where its journal should be.
         journal: String,
         /// The journal lived on a RAM file system.
         ram: bool,
@@ -30,60 +33,80 @@ pub enum StackError {
     /// The device holds no ptsd file system (or a damaged superblock).
     #[error("{device} holds no usable ptsd-fs: {source}")]
     NoFileSystem {
+        /// The device that was read.
         device: String,
+        /// Why its superblock was rejected.
         #[source]
         source: ptsd_fs::FsError,
     },
     /// Mounting found damage that needs `ptsd fsck --repair`.
     #[error("cannot mount {device}: {source} (run `ptsd fsck --repair`)")]
     NeedsRepair {
+        /// The damaged device.
         device: String,
+        /// The damage found.
         #[source]
         source: ptsd_fs::FsError,
     },
     /// The file system layer failed.
     #[error("{what}: {source}")]
     Fs {
+        /// What the stack was doing.
         what: String,
+        /// The file system's error.
         #[source]
         source: ptsd_fs::FsError,
     },
     /// The journal could not be created or recovered.
     #[error("{what} {path}: {source}")]
     Journal {
+        /// What the stack was doing ("creating", "recovering"...).
         what: &'static str,
+        /// The journal file.
         path: String,
+        /// The journal's error.
         #[source]
         source: ptsd_nvjournal::JournalError,
     },
     /// The journal file could not be mapped.
     #[error("mapping journal {}: {source}", .path.display())]
     Region {
+        /// The journal file.
         path: PathBuf,
+        /// Why it could not be mapped.
         #[source]
         source: ptsd_nvjournal::RegionError,
     },
     /// The emulated SSD failed to open, recover or shut down.
     #[error("{what} the emulated SSD {image}: {source}")]
     Ssd {
+        /// What the stack was doing ("opening", "recovering"...).
         what: &'static str,
+        /// The SSD's persistent image.
         image: String,
+        /// The FTL's error.
         #[source]
         source: ptsd_ftl::FtlError,
     },
     /// The block device failed.
     #[error("{what} {device}: {source}")]
     Device {
+        /// What the stack was doing.
         what: &'static str,
+        /// The block device.
         device: String,
+        /// The device's error.
         #[source]
         source: ptsd_blockdev::BlockError,
     },
     /// A file operation failed.
     #[error("{op} {}: {source}", .path.display())]
     Io {
+        /// The file operation ("open", "create"...).
         op: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },

@@ -25,7 +25,10 @@ pub enum JournalSpec {
     /// `/dev/shm/ptsd-UUID.journal` when `/dev/shm` exists, else
     /// `ptsd-UUID.journal` in `data_dir`: named by the file system's uuid,
     /// so a journal never meets a file system it does not belong to.
-    Default { data_dir: PathBuf },
+    Default {
+        /// Where the journal goes when there is no `/dev/shm`.
+        data_dir: PathBuf,
+    },
 }
 
 impl std::fmt::Debug for JournalSpec {

@@ -56,6 +56,7 @@
 //! assert_eq!(fs.read(ino, 0, 100).unwrap(), b"world");
 //! stack.close().unwrap();
 //! ```
+#![warn(missing_docs)]
 
 mod admin;
 mod device;

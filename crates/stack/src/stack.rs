@@ -17,7 +17,9 @@ use crate::lock::LockMode;
 /// What to assemble.
 #[derive(Clone, Debug)]
 pub struct StackSpec {
+    /// Where the file system lives.
     pub device: DeviceSpec,
+    /// Where its journal lives.
     pub journal: JournalSpec,
     /// Size of a journal file when one is created (at least 8 MiB).
     pub journal_bytes: u64,
