@@ -3,13 +3,16 @@
 //! work.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use ptsd_blockdev::size::parse_size;
+use std::sync::Arc;
+
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
+use ptsd_fs::uring::{self, UringInit};
 use ptsd_fs::opcount::{Counted, OpCounts};
 use ptsd_nvjournal::JournalConfig;
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
@@ -89,9 +92,18 @@ pub struct MountArgs {
     pub op_counts: Option<PathBuf>,
     /// Mount options as given by mount(8) (-o a,b,c); understood:
     /// allow_other, journal=PATH, journal_partitions=N, journal_size=SIZE,
-    /// threads=N, data_dir=PATH, discard_missing_journal.
+    /// threads=N, data_dir=PATH, discard_missing_journal; uring / nouring
+    /// (FUSE over io_uring where the kernel offers it, the default, or
+    /// /dev/fuse only), uring_poll[=MICROSECONDS] (busy-poll the io_uring
+    /// queues that long, 100 by default, before sleeping).
     #[arg(short = 'o')]
     pub options: Option<String>,
+    /// Ask for FUSE over io_uring (`-o uring`/`-o nouring`).
+    #[arg(skip = true)]
+    pub uring: bool,
+    /// Busy-poll the io_uring queues this long (`-o uring_poll`).
+    #[arg(skip)]
+    pub uring_poll: Option<std::time::Duration>,
     /// Where to mount.
     pub dir: PathBuf,
 }
@@ -231,6 +243,13 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
             ("journal_size", Some(v)) => a.journal_size = parse_size(v)?,
             ("data_dir", Some(v)) => a.data_dir = Some(v.into()),
             ("discard_missing_journal", None) => a.discard_missing_journal = true,
+            ("uring", None) => a.uring = true,
+            ("nouring", None) => a.uring = false,
+            ("uring_poll", v) => {
+                let us: u64 = v.map_or(Ok(100), str::parse).context("uring_poll")?;
+                a.uring = true;
+                a.uring_poll = Some(std::time::Duration::from_micros(us));
+            }
             // Generic options mount(8) passes along; the kernel side is fixed.
             (
                 "rw"
@@ -341,8 +360,18 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             bail!(msg);
         }
     };
-    let fs = Counted::new(FuseFs::new(stack.fs().clone()), counts);
-    let session = match fuser::Session::new(fs, &a.dir, &mount_config(&opts)) {
+    let uring = Arc::new(UringInit::new(a.uring));
+    let mut config = mount_config(&opts);
+    if a.uring {
+        // Only FORGET, INTERRUPT and what comes before the queues are
+        // ready still arrive on /dev/fuse.
+        config.n_threads = Some(2);
+    }
+    let fs = Counted::new(
+        FuseFs::with_uring(stack.fs().clone(), uring.clone()),
+        counts.clone(),
+    );
+    let session = match fuser::Session::new(fs, &a.dir, &config) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("mounting FUSE at {}: {e}", a.dir.display());
@@ -351,6 +380,17 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             }
             let _ = stack.close();
             bail!(msg);
+        }
+    };
+    let (rings, transport) = match start_rings(a, &opts, &uring, &session, stack.fs(), counts) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(w) = notify.as_mut() {
+                let _ = write!(w, "{e:#}");
+            }
+            drop(session);
+            let _ = stack.close();
+            return Err(e);
         }
     };
     // Waits for INIT on its own thread, served once `run` below starts.
@@ -365,10 +405,9 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         line.push_str(&format!("ptsd: {n}\n"));
     }
     line.push_str(&format!(
-        "ptsd: mounted {} on {}; {} FUSE threads; orphans freed: {}\nptsd: durability: {}",
+        "ptsd: mounted {} on {}; {transport}; orphans freed: {}\nptsd: durability: {}",
         info.device,
         a.dir.display(),
-        opts.threads,
         info.orphans_freed,
         stack.durability()
     ));
@@ -402,11 +441,64 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     // mount that meets our locks during the close below sees we no longer
     // serve and waits for them instead of refusing.
     let res = session.run();
+    // The queues end as the kernel tears them down at unmount; none may
+    // still be in the file system when it closes.
+    if let Some(r) = rings {
+        r.join();
+    }
     if let Err(e) = stack.close() {
         tracing::error!("clean unmount failed: {e}");
     }
     let _ = std::fs::remove_file(&pidf);
     res.context("FUSE session")
+}
+
+/// Starts the io_uring queues if INIT agreed on them; says which transport
+/// serves the mount (and, once, why not io_uring when it was asked for).
+fn start_rings(
+    a: &MountArgs,
+    opts: &MountOpts,
+    uring: &UringInit,
+    session: &fuser::Session<Counted<FuseFs>>,
+    fs: &Arc<ptsd_fs::FileSystem>,
+    counts: Option<Arc<OpCounts>>,
+) -> Result<(Option<uring::Rings>, String)> {
+    let classic = format!("/dev/fuse, {} FUSE threads", opts.threads);
+    if !a.uring {
+        return Ok((None, classic));
+    }
+    if !uring.negotiated() {
+        let why = uring::Availability::probe().reason();
+        return Ok((None, format!("{classic} (FUSE over io_uring: {why})")));
+    }
+    let queues = uring::possible_cpus();
+    let cfg = uring::RingConfig {
+        threads_per_queue: match (a.threads, a.uring_poll) {
+            (Some(t), _) => t.div_ceil(queues).max(1),
+            // Spinning threads each want a CPU of their own.
+            (None, Some(_)) => 1,
+            (None, None) => (opts.threads / queues).max(1),
+        },
+        poll: a.uring_poll,
+        payload: uring.payload_bytes(),
+    };
+    let handler = Arc::new(uring::FsHandler::new(fs.clone(), uring.killpriv_v2(), counts));
+    let started = session
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|dev| uring::start(dev, handler, &cfg));
+    // The kernel holds requests until every queue has an entry (a failed
+    // REGISTER sends it back to /dev/fuse); without queue threads it would
+    // hold them for ever, so this is an error, not a fallback.
+    let r = started.context("starting the FUSE io_uring queues")?;
+    let poll = a
+        .uring_poll
+        .map_or(String::new(), |d| format!(", busy-polling {} µs", d.as_micros()));
+    let t = format!(
+        "FUSE over io_uring, {queues} queues x {} threads{poll}",
+        cfg.threads_per_queue
+    );
+    Ok((Some(r), t))
 }
 
 pub fn umount_cmd(a: &UmountArgs) -> Result<()> {
@@ -494,6 +586,8 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         foreground: false,
         op_counts: None,
         options,
+        uring: true,
+        uring_poll: None,
         dir: PathBuf::from(&pos[1]),
     };
     Some(mount_cmd(&a))

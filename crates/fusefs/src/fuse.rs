@@ -20,6 +20,7 @@ use fuser::{
 use crate::error::Errno;
 use crate::filesystem::{Attr, Caller, FileSystem, Seek, SetAttr, SetTime};
 use crate::format::Ts;
+use crate::uring::UringInit;
 
 /// How long the kernel may cache attributes and entries. Only this process
 /// changes the file system, and the kernel drops what an operation changes.
@@ -42,6 +43,8 @@ pub struct FuseFs {
     /// marks inodes it has checked `S_NOSEC`, so writes stop asking for
     /// `security.capability` first.
     killpriv_v2: bool,
+    /// Ask for FUSE over io_uring at INIT, and say how it went.
+    uring: Option<Arc<UringInit>>,
 }
 
 fn errno(e: Errno) -> fuser::Errno {
@@ -75,6 +78,17 @@ impl FuseFs {
             fs,
             root,
             killpriv_v2: false,
+            uring: None,
+        }
+    }
+
+    /// Serve `fs`, asking at INIT for the io_uring transport if
+    /// `uring.wanted()`; `uring` then tells whether the kernel agreed (the
+    /// caller starts [`crate::uring::start`] if so).
+    pub fn with_uring(fs: Arc<FileSystem>, uring: Arc<UringInit>) -> Self {
+        Self {
+            uring: Some(uring),
+            ..Self::new(fs)
         }
     }
 
@@ -137,6 +151,25 @@ impl Filesystem for FuseFs {
         let got = INIT_FLAGS & config.capabilities();
         if config.add_capabilities(got).is_ok() {
             self.killpriv_v2 = got.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        }
+        if let Some(u) = &self.uring {
+            let offered = config
+                .capabilities()
+                .contains(InitFlags::FUSE_OVER_IO_URING);
+            let negotiated = u.wanted()
+                && offered
+                && config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok();
+            if negotiated {
+                // Every ring entry holds a max_write payload buffer.
+                let _ = config.set_max_write(crate::uring::MAX_WRITE);
+            }
+            // The kernel's offer is the most it takes.
+            let ra = config
+                .set_max_readahead(u32::MAX)
+                .unwrap_or_else(|max| max);
+            u.record(offered, negotiated, ra, self.killpriv_v2);
         }
         Ok(())
     }

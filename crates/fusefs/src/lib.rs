@@ -5,7 +5,7 @@
 //! [`format`](mod@format) (on-device structures, all checksummed), per-group
 //! allocation bitmaps, hash-indexed directories and extent maps (internal),
 //! [`filesystem`] (the operations, each one transaction on a
-//! [`store::Store`]), [`fuse`] (the `fuser` adapter), [`fsck`].
+//! [`store::Store`]), [`fuse`] (the `fuser` adapter), [`uring`] (FUSE over io_uring), [`fsck`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -36,6 +36,7 @@ pub mod fsck;
 pub mod fuse;
 pub mod opcount;
 pub mod store;
+pub mod uring;
 
 pub use error::{Damage, Errno, FormatError, FsError, StoreError};
 pub use filesystem::{
