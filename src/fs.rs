@@ -12,8 +12,8 @@ use ptsd_blockdev::size::parse_size;
 use std::sync::Arc;
 
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
-use ptsd_fs::uring::{self, UringInit};
 use ptsd_fs::opcount::{Counted, OpCounts};
+use ptsd_fs::uring::{self, UringInit};
 use ptsd_nvjournal::JournalConfig;
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
@@ -482,7 +482,11 @@ fn start_rings(
         poll: a.uring_poll,
         payload: uring.payload_bytes(),
     };
-    let handler = Arc::new(uring::FsHandler::new(fs.clone(), uring.killpriv_v2(), counts));
+    let handler = Arc::new(uring::FsHandler::new(
+        fs.clone(),
+        uring.killpriv_v2(),
+        counts,
+    ));
     let started = session
         .as_fd()
         .try_clone_to_owned()
@@ -491,9 +495,9 @@ fn start_rings(
     // REGISTER sends it back to /dev/fuse); without queue threads it would
     // hold them for ever, so this is an error, not a fallback.
     let r = started.context("starting the FUSE io_uring queues")?;
-    let poll = a
-        .uring_poll
-        .map_or(String::new(), |d| format!(", busy-polling {} µs", d.as_micros()));
+    let poll = a.uring_poll.map_or(String::new(), |d| {
+        format!(", busy-polling {} µs", d.as_micros())
+    });
     let t = format!(
         "FUSE over io_uring, {queues} queues x {} threads{poll}",
         cfg.threads_per_queue

@@ -42,6 +42,82 @@ fn is_fuse_mounted(dir: &Path) -> bool {
     r == 0 && st.f_type as i64 == 0x6573_5546
 }
 
+/// The FUSE transport a test mounts with; the tests that exercise the file
+/// system run on both (`on_both_transports!`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transport {
+    /// fuser on /dev/fuse (`-o nouring`).
+    Classic,
+    /// FUSE over io_uring (`-o uring`), enabled for the test run.
+    Uring,
+}
+
+const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+impl Transport {
+    /// Why this transport cannot run here, if it cannot: the kernel lacks
+    /// FUSE over io_uring, or its switch is off and cannot be turned on.
+    fn unavailable(self) -> Option<String> {
+        if self == Transport::Classic {
+            return None;
+        }
+        match std::fs::read_to_string(URING_PARAM) {
+            Err(_) => Some(format!(
+                "no {URING_PARAM}: this kernel lacks FUSE over io_uring (6.14+, CONFIG_FUSE_IO_URING)"
+            )),
+            Ok(v) if v.trim() == "Y" => None,
+            // Off by default: turn it on for the run (root).
+            Ok(_) => std::fs::write(URING_PARAM, "Y")
+                .err()
+                .map(|e| format!("cannot enable {URING_PARAM}: {e}")),
+        }
+    }
+
+    fn option(self) -> &'static str {
+        match self {
+            Transport::Classic => "nouring",
+            Transport::Uring => "uring",
+        }
+    }
+}
+
+macro_rules! require_transport {
+    ($t:expr) => {
+        if let Some(why) = $t.unavailable() {
+            eprintln!("SKIP ({:?} transport): {why}", $t);
+            return;
+        }
+    };
+}
+
+/// For each named `fn NAME(t: Transport)`, the tests `NAME::classic` and
+/// `NAME::uring`.
+macro_rules! on_both_transports {
+    ($($name:ident,)*) => {$(
+        mod $name {
+            #[test]
+            fn classic() {
+                super::$name(super::Transport::Classic)
+            }
+            #[test]
+            fn uring() {
+                super::$name(super::Transport::Uring)
+            }
+        }
+    )*};
+}
+
+/// Threads of process `pid` whose name starts with `prefix`.
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|c| c.starts_with(prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// A mounted ptsd-fs served by a foreground `ptsd mount` child.
 struct Mounted {
     _tmp: tempfile::TempDir,
@@ -56,6 +132,21 @@ struct Mounted {
 impl Mounted {
     fn new(size: &str) -> Mounted {
         Self::with_args(size, &[])
+    }
+
+    /// Mounted over transport `t` (checked: the io_uring one must really
+    /// serve through its queue threads, not fall back to /dev/fuse).
+    fn on(t: Transport, size: &str, extra: &[&str]) -> Mounted {
+        let mut args = vec!["-o", t.option()];
+        args.extend_from_slice(extra);
+        let m = Self::with_args(size, &args);
+        let pid = m.child.as_ref().unwrap().id();
+        let queue_threads = threads_named(pid, "ptsd-uring-");
+        match t {
+            Transport::Uring => assert!(queue_threads > 0, "no io_uring queue threads"),
+            Transport::Classic => assert_eq!(queue_threads, 0),
+        }
+        m
     }
 
     fn with_args(size: &str, extra: &[&str]) -> Mounted {
@@ -175,10 +266,10 @@ fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
-#[test]
-fn posix_operations_through_std_fs() {
+fn posix_operations_through_std_fs(t: Transport) {
     require_fuse!();
-    let mut m = Mounted::new("512M");
+    require_transport!(t);
+    let mut m = Mounted::on(t, "512M", &[]);
     // Files: create, write, read, append, seek, truncate.
     std::fs::write(m.p("a.txt"), b"hello world").unwrap();
     assert_eq!(std::fs::read(m.p("a.txt")).unwrap(), b"hello world");
@@ -382,11 +473,11 @@ fn append_as_nobody(p: &Path) {
 /// setgid (when group-executable) and the file capability, as on ext4; root
 /// keeps setuid/setgid across its own writes, and any write drops the file
 /// capability. (ptsd-fs drops them itself under FUSE_HANDLE_KILLPRIV_V2.)
-#[test]
-fn writes_by_others_drop_setuid_setgid_and_capabilities() {
+fn writes_by_others_drop_setuid_setgid_and_capabilities(t: Transport) {
     require_fuse!();
+    require_transport!(t);
     // Other users may use the mount (and reach it).
-    let mut m = Mounted::with_args("64M", &["--allow-other"]);
+    let mut m = Mounted::on(t, "64M", &["--allow-other"]);
     std::fs::set_permissions(m._tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let f = m.p("suid");
     std::fs::write(&f, b"#!/bin/sh\n").unwrap();
@@ -462,10 +553,10 @@ fn sh(dir: &Path, script: &str) {
     );
 }
 
-#[test]
-fn shell_tools_cp_tar_git_rm() {
+fn shell_tools_cp_tar_git_rm(t: Transport) {
     require_fuse!();
-    let mut m = Mounted::new("512M");
+    require_transport!(t);
+    let mut m = Mounted::on(t, "512M", &[]);
     let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     let d = m.dir.display().to_string();
     sh(src, &format!("cp -a crates src Cargo.toml {d}/"));
@@ -489,10 +580,10 @@ fn shell_tools_cp_tar_git_rm() {
     m.fsck();
 }
 
-#[test]
-fn concurrent_writers_with_fsync() {
+fn concurrent_writers_with_fsync(t: Transport) {
     require_fuse!();
-    let mut m = Mounted::new("512M");
+    require_transport!(t);
+    let mut m = Mounted::on(t, "512M", &[]);
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let dir = m.p(&format!("t{t}"));
@@ -544,13 +635,13 @@ fn fsx_binary() -> Option<PathBuf> {
     cands.into_iter().find(|p| p.is_file())
 }
 
-#[test]
-fn fsx_random_operations() {
+fn fsx_random_operations(t: Transport) {
     require_fuse!();
+    require_transport!(t);
     let fsx = fsx_binary().expect(
         "the fsx binary is not installed (scripts/setup installs it with cargo install fsx)",
     );
-    let mut m = Mounted::new("512M");
+    let mut m = Mounted::on(t, "512M", &[]);
     for seed in [1u32, 7] {
         let file = m.p(&format!("fsx-{seed}"));
         let out = Command::new(&fsx)
@@ -790,14 +881,14 @@ fn kill9_round(m: &mut Mounted, seed: u64, round: u64) {
 /// (default 40) and `PTSD_KILL9_SEED` (default 1) pick the rounds; rounds
 /// stop early (at least 4 run) once `PTSD_KILL9_SECS` (default 60) are
 /// spent, so the test stays bounded on a slow machine.
-#[test]
-fn kill9_during_fsync_workload_then_recover() {
+fn kill9_during_fsync_workload_then_recover(t: Transport) {
     require_fuse!();
+    require_transport!(t);
     let rounds = env_u64("PTSD_KILL9_ROUNDS", 40);
     let base = env_u64("PTSD_KILL9_SEED", 1);
     let budget = Duration::from_secs(env_u64("PTSD_KILL9_SECS", 60));
     let start = Instant::now();
-    let mut m = Mounted::new("256M");
+    let mut m = Mounted::on(t, "256M", &[]);
     let mut ran = 0;
     for round in 0..rounds {
         if round >= 4 && start.elapsed() > budget {
@@ -842,10 +933,10 @@ fn fio(dir: &Path, args: &[&str]) -> String {
 /// Issue 11 §1: fio with its default `fallocate=native` preallocates each
 /// file and then writes it randomly; every block must verify after the
 /// kernel forgets the inodes, and after a remount (and fsck stays clean).
-#[test]
-fn fio_verify_preallocated_random_writes_across_drop_caches_and_remount() {
+fn fio_verify_preallocated_random_writes_across_drop_caches_and_remount(t: Transport) {
     require_fuse!();
-    let mut m = Mounted::new("1G");
+    require_transport!(t);
+    let mut m = Mounted::on(t, "1G", &[]);
     // 4 KiB random writes into a 64 MiB file, and a torrent-like pattern:
     // random 16 KiB pieces into a 64 MiB preallocated file.
     let jobs: [(&str, &str); 2] = [("rand4k", "4k"), ("pieces16k", "16k")];
@@ -1398,10 +1489,10 @@ fn a_mounted_block_device_is_held_exclusively() {
 /// kernel's fallback without FUSE_LSEEK calls the whole file data), so
 /// `cp --sparse` and friends skip them; unknown xattr namespaces are
 /// EOPNOTSUPP as on ext4.
-#[test]
-fn sparse_seek_and_xattr_namespaces() {
+fn sparse_seek_and_xattr_namespaces(t: Transport) {
     require_fuse!();
-    let mut m = Mounted::new("256M");
+    require_transport!(t);
+    let mut m = Mounted::on(t, "256M", &[]);
     let p = m.p("sparse");
     {
         let f = std::fs::File::create(&p).unwrap();
@@ -1444,10 +1535,10 @@ fn sparse_seek_and_xattr_namespaces() {
 }
 
 /// Issue 11 §5: symlink targets up to Linux's 4 095 bytes, across a remount.
-#[test]
-fn symlink_targets_up_to_4095_bytes() {
+fn symlink_targets_up_to_4095_bytes(t: Transport) {
     require_fuse!();
-    let mut m = Mounted::new("64M");
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &[]);
     let target: String = (0..4095).map(|i| (b'a' + (i % 26) as u8) as char).collect();
     std::os::unix::fs::symlink(&target, m.p("long")).unwrap();
     std::os::unix::fs::symlink(&target[..3953], m.p("mid")).unwrap();
@@ -1467,3 +1558,74 @@ fn symlink_targets_up_to_4095_bytes() {
     m.umount();
     m.fsck();
 }
+
+on_both_transports!(
+    posix_operations_through_std_fs,
+    writes_by_others_drop_setuid_setgid_and_capabilities,
+    shell_tools_cp_tar_git_rm,
+    concurrent_writers_with_fsync,
+    fsx_random_operations,
+    kill9_during_fsync_workload_then_recover,
+    fio_verify_preallocated_random_writes_across_drop_caches_and_remount,
+    sparse_seek_and_xattr_namespaces,
+    symlink_targets_up_to_4095_bytes,
+);
+
+/// O_TMPFILE then linkat, as systemd and databases use them. Over io_uring
+/// ptsd's own codec handles FUSE_TMPFILE; fuser 0.18 answers every opcode
+/// it does not know with ENOSYS before the file system sees it, so the
+/// classic transport says EOPNOTSUPP (the kernel's word after ENOSYS).
+fn o_tmpfile_then_linkat(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &[]);
+    let dir = cstr(&m.dir);
+    // SAFETY: `dir` is a NUL-terminated path; the mode is passed as O_TMPFILE requires.
+    let fd = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o640) };
+    if t == Transport::Classic {
+        assert_eq!(fd, -1);
+        assert_eq!(errno_of(fd), libc::EOPNOTSUPP);
+        m.umount();
+        return;
+    }
+    assert!(fd >= 0, "O_TMPFILE: {}", std::io::Error::last_os_error());
+    // SAFETY: fd is ours, open; from here the File owns it.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    f.write_all(b"born nameless").unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    // Nothing in the directory yet.
+    assert_eq!(std::fs::read_dir(&m.dir).unwrap().count(), 0);
+    let proc_path = cstr(Path::new(&format!("/proc/self/fd/{fd}")));
+    let named = cstr(&m.p("named"));
+    // SAFETY: both paths are NUL-terminated; AT_FDCWD is a valid dirfd.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc_path.as_ptr(),
+            libc::AT_FDCWD,
+            named.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    assert_eq!(r, 0, "linkat: {}", std::io::Error::last_os_error());
+    drop(f);
+    // A second one, never named: freed at its last close.
+    // SAFETY: as above.
+    let fd2 = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY, 0o600) };
+    assert!(fd2 >= 0);
+    // SAFETY: fd2 is ours and open.
+    unsafe {
+        libc::write(fd2, b"gone".as_ptr().cast(), 4);
+        libc::close(fd2);
+    }
+    m.umount();
+    m.fsck();
+    m.mount();
+    assert_eq!(std::fs::read(m.p("named")).unwrap(), b"born nameless");
+    assert_eq!(std::fs::metadata(m.p("named")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read_dir(&m.dir).unwrap().count(), 1);
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(o_tmpfile_then_linkat,);

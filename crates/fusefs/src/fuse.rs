@@ -166,9 +166,7 @@ impl Filesystem for FuseFs {
                 let _ = config.set_max_write(crate::uring::MAX_WRITE);
             }
             // The kernel's offer is the most it takes.
-            let ra = config
-                .set_max_readahead(u32::MAX)
-                .unwrap_or_else(|max| max);
+            let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
             u.record(offered, negotiated, ra, self.killpriv_v2);
         }
         Ok(())

@@ -10,6 +10,8 @@
 //! [`FileSystem`] behind both. [`FsHandler`] answers the ring's requests,
 //! decoded by [`proto`], on [`ring`]'s queue threads.
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod proto;
 pub mod ring;
 mod serve;
@@ -115,7 +117,9 @@ impl UringInit {
     /// `max(8 KiB, max_write, max_pages * 4 KiB)`.
     pub fn payload_bytes(&self) -> usize {
         let ra = self.max_readahead.load(Ordering::SeqCst) as usize;
-        (MAX_WRITE as usize).max(ra.next_multiple_of(4096)).max(8192)
+        (MAX_WRITE as usize)
+            .max(ra.next_multiple_of(4096))
+            .max(8192)
     }
 
     /// INIT agreed on `FUSE_HANDLE_KILLPRIV_V2` (see `FuseFs`).
@@ -123,7 +127,13 @@ impl UringInit {
         self.killpriv_v2.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn record(&self, offered: bool, negotiated: bool, max_readahead: u32, killpriv_v2: bool) {
+    pub(crate) fn record(
+        &self,
+        offered: bool,
+        negotiated: bool,
+        max_readahead: u32,
+        killpriv_v2: bool,
+    ) {
         self.killpriv_v2.store(killpriv_v2, Ordering::SeqCst);
         self.offered.store(offered, Ordering::SeqCst);
         self.negotiated.store(negotiated, Ordering::SeqCst);

@@ -122,6 +122,8 @@ impl InHeader {
             gid: r.u32()?,
             pid: r.u32()?,
         };
+        // total_extlen (no extensions are negotiated) and padding.
+        r.u32()?;
         Ok(h)
     }
 
@@ -164,54 +166,144 @@ pub enum TimeOrNow {
 /// the ring entry's buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
-    Lookup { name: &'a [u8] },
-    Forget { nlookup: u64 },
+    Lookup {
+        name: &'a [u8],
+    },
+    Forget {
+        nlookup: u64,
+    },
     /// `(nodeid, nlookup)` pairs.
-    BatchForget { nodes: Vec<(u64, u64)> },
+    BatchForget {
+        nodes: Vec<(u64, u64)>,
+    },
     Getattr,
     Setattr(SetattrIn),
     Readlink,
-    Symlink { name: &'a [u8], target: &'a [u8] },
-    Mknod { name: &'a [u8], mode: u32, umask: u32, rdev: u32 },
-    Mkdir { name: &'a [u8], mode: u32, umask: u32 },
-    Unlink { name: &'a [u8] },
-    Rmdir { name: &'a [u8] },
-    Rename { newdir: u64, name: &'a [u8], newname: &'a [u8], flags: u32 },
-    Link { oldnodeid: u64, name: &'a [u8] },
-    Open { flags: u32 },
-    Read { fh: u64, offset: u64, size: u32 },
-    Write { fh: u64, offset: u64, data: &'a [u8], write_flags: u32 },
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+    },
+    Mknod {
+        name: &'a [u8],
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    },
+    Mkdir {
+        name: &'a [u8],
+        mode: u32,
+        umask: u32,
+    },
+    Unlink {
+        name: &'a [u8],
+    },
+    Rmdir {
+        name: &'a [u8],
+    },
+    Rename {
+        newdir: u64,
+        name: &'a [u8],
+        newname: &'a [u8],
+        flags: u32,
+    },
+    Link {
+        oldnodeid: u64,
+        name: &'a [u8],
+    },
+    Open {
+        flags: u32,
+    },
+    Read {
+        fh: u64,
+        offset: u64,
+        size: u32,
+    },
+    Write {
+        fh: u64,
+        offset: u64,
+        data: &'a [u8],
+        write_flags: u32,
+    },
     Statfs,
-    Release { fh: u64 },
-    Fsync { datasync: bool },
-    Setxattr { name: &'a [u8], value: &'a [u8], flags: i32 },
-    Getxattr { name: &'a [u8], size: u32 },
-    Listxattr { size: u32 },
-    Removexattr { name: &'a [u8] },
+    Release {
+        fh: u64,
+    },
+    Fsync {
+        datasync: bool,
+    },
+    Setxattr {
+        name: &'a [u8],
+        value: &'a [u8],
+        flags: i32,
+    },
+    Getxattr {
+        name: &'a [u8],
+        size: u32,
+    },
+    Listxattr {
+        size: u32,
+    },
+    Removexattr {
+        name: &'a [u8],
+    },
     Flush,
-    Opendir { flags: u32 },
-    Readdir { offset: u64, size: u32 },
-    Readdirplus { offset: u64, size: u32 },
+    Opendir {
+        flags: u32,
+    },
+    Readdir {
+        offset: u64,
+        size: u32,
+    },
+    Readdirplus {
+        offset: u64,
+        size: u32,
+    },
     Releasedir,
-    Fsyncdir { datasync: bool },
-    Access { mask: u32 },
-    Create { name: &'a [u8], mode: u32, umask: u32, flags: u32 },
-    Tmpfile { mode: u32, umask: u32, flags: u32 },
+    Fsyncdir {
+        datasync: bool,
+    },
+    Access {
+        mask: u32,
+    },
+    Create {
+        name: &'a [u8],
+        mode: u32,
+        umask: u32,
+        flags: u32,
+    },
+    Tmpfile {
+        mode: u32,
+        umask: u32,
+        flags: u32,
+    },
     Destroy,
-    Fallocate { offset: u64, length: u64, mode: i32 },
-    Lseek { offset: i64, whence: i32 },
+    Fallocate {
+        offset: u64,
+        length: u64,
+        mode: i32,
+    },
+    Lseek {
+        offset: i64,
+        whence: i32,
+    },
     /// An opcode ptsd-fs does not handle: answered ENOSYS.
     Unsupported(u32),
 }
 
 /// Decodes one request from its three parts (see the module doc).
-pub fn decode<'a>(h: &InHeader, op_in: &'a [u8], payload: &'a [u8]) -> Result<Request<'a>, DecodeError> {
+pub fn decode<'a>(
+    h: &InHeader,
+    op_in: &'a [u8],
+    payload: &'a [u8],
+) -> Result<Request<'a>, DecodeError> {
     use opcode::*;
     let op = h.opcode;
     let mut a = Reader::new(op_in, op, "op header");
     let mut p = Reader::new(payload, op, "payload");
     Ok(match op {
-        LOOKUP => Request::Lookup { name: p.cstr("name")? },
+        LOOKUP => Request::Lookup {
+            name: p.cstr("name")?,
+        },
         FORGET => Request::Forget { nlookup: a.u64()? },
         BATCH_FORGET => {
             let count = a.u32()? as usize;
@@ -230,14 +322,27 @@ pub fn decode<'a>(h: &InHeader, op_in: &'a [u8], payload: &'a [u8]) -> Result<Re
         },
         MKNOD => {
             let (mode, rdev, umask) = (a.u32()?, a.u32()?, a.u32()?);
-            Request::Mknod { name: p.cstr("name")?, mode, umask, rdev }
+            Request::Mknod {
+                name: p.cstr("name")?,
+                mode,
+                umask,
+                rdev,
+            }
         }
         MKDIR => {
             let (mode, umask) = (a.u32()?, a.u32()?);
-            Request::Mkdir { name: p.cstr("name")?, mode, umask }
+            Request::Mkdir {
+                name: p.cstr("name")?,
+                mode,
+                umask,
+            }
         }
-        UNLINK => Request::Unlink { name: p.cstr("name")? },
-        RMDIR => Request::Rmdir { name: p.cstr("name")? },
+        UNLINK => Request::Unlink {
+            name: p.cstr("name")?,
+        },
+        RMDIR => Request::Rmdir {
+            name: p.cstr("name")?,
+        },
         RENAME | RENAME2 => {
             let newdir = a.u64()?;
             let flags = if op == RENAME2 { a.u32()? } else { 0 };
@@ -296,13 +401,20 @@ pub fn decode<'a>(h: &InHeader, op_in: &'a [u8], payload: &'a [u8]) -> Result<Re
             name: p.cstr("name")?,
         },
         LISTXATTR => Request::Listxattr { size: a.u32()? },
-        REMOVEXATTR => Request::Removexattr { name: p.cstr("name")? },
+        REMOVEXATTR => Request::Removexattr {
+            name: p.cstr("name")?,
+        },
         FLUSH => Request::Flush,
         ACCESS => Request::Access { mask: a.u32()? },
         CREATE | TMPFILE => {
             let (flags, mode, umask) = (a.u32()?, a.u32()?, a.u32()?);
             if op == CREATE {
-                Request::Create { name: p.cstr("name")?, mode, umask, flags }
+                Request::Create {
+                    name: p.cstr("name")?,
+                    mode,
+                    umask,
+                    flags,
+                }
             } else {
                 Request::Tmpfile { mode, umask, flags }
             }
@@ -310,11 +422,18 @@ pub fn decode<'a>(h: &InHeader, op_in: &'a [u8], payload: &'a [u8]) -> Result<Re
         DESTROY => Request::Destroy,
         FALLOCATE => {
             let (_fh, offset, length, mode) = (a.u64()?, a.u64()?, a.u64()?, a.u32()?);
-            Request::Fallocate { offset, length, mode: mode as i32 }
+            Request::Fallocate {
+                offset,
+                length,
+                mode: mode as i32,
+            }
         }
         LSEEK => {
             let (_fh, offset, whence) = (a.u64()?, a.u64()?, a.u32()?);
-            Request::Lseek { offset: offset as i64, whence: whence as i32 }
+            Request::Lseek {
+                offset: offset as i64,
+                whence: whence as i32,
+            }
         }
         other => Request::Unsupported(other),
     })
@@ -336,7 +455,10 @@ fn setattr(a: &mut Reader<'_>) -> Result<SetattrIn, DecodeError> {
         if has(now) {
             Some(TimeOrNow::Now)
         } else if has(set) {
-            Some(TimeOrNow::At { sec: sec as i64, nsec })
+            Some(TimeOrNow::At {
+                sec: sec as i64,
+                nsec,
+            })
         } else {
             None
         }
@@ -362,7 +484,12 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn new(b: &'a [u8], opcode: u32, part: &'static str) -> Self {
-        Reader { b, at: 0, opcode, part }
+        Reader {
+            b,
+            at: 0,
+            opcode,
+            part,
+        }
     }
 
     fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
@@ -399,7 +526,10 @@ impl<'a> Reader<'a> {
     fn cstr(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {
         let rest = &self.b[self.at.min(self.b.len())..];
         let Some(n) = rest.iter().position(|&c| c == 0) else {
-            return Err(DecodeError::Unterminated { opcode: self.opcode, what });
+            return Err(DecodeError::Unterminated {
+                opcode: self.opcode,
+                what,
+            });
         };
         self.at += n + 1;
         Ok(&rest[..n])
@@ -498,10 +628,20 @@ pub enum Response {
     /// Failure with this (positive) errno.
     Error(i32),
     Entry(EntryOut),
-    Attr { valid: u64, attr: FuseAttr },
-    Open { fh: u64, flags: u32 },
+    Attr {
+        valid: u64,
+        attr: FuseAttr,
+    },
+    Open {
+        fh: u64,
+        flags: u32,
+    },
     /// CREATE and TMPFILE: a `fuse_entry_out` then a `fuse_open_out`.
-    Create { entry: EntryOut, fh: u64, flags: u32 },
+    Create {
+        entry: EntryOut,
+        fh: u64,
+        flags: u32,
+    },
     /// Raw bytes: file data, a link target, an xattr value or list, or
     /// dirents from a [`DirBuf`].
     Data(Vec<u8>),
@@ -630,7 +770,8 @@ impl DirBuf {
         let mut b = [0u8; ENTRY_OUT_LEN];
         e.put(&mut Writer::new(&mut b));
         self.v.extend_from_slice(&b);
-        self.v.extend_from_slice(&dirent(e.nodeid, next, kind, name, d));
+        self.v
+            .extend_from_slice(&dirent(e.nodeid, next, kind, name, d));
         true
     }
 

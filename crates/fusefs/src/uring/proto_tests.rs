@@ -53,7 +53,10 @@ fn names_come_from_the_payload() {
 
 #[test]
 fn write_takes_exactly_its_size() {
-    let op_in = le(&[3, 4096, 5, WRITE_KILL_SUIDGID as u64, 0, 0, 0], &[8, 8, 4, 4, 8, 4, 4]);
+    let op_in = le(
+        &[3, 4096, 5, WRITE_KILL_SUIDGID as u64, 0, 0, 0],
+        &[8, 8, 4, 4, 8, 4, 4],
+    );
     let r = decode(&hdr(opcode::WRITE), &op_in, b"abcdefgh").unwrap();
     assert_eq!(
         r,
@@ -68,7 +71,12 @@ fn write_takes_exactly_its_size() {
     let op_in = le(&[3, 0, 9, 0], &[8, 8, 4, 4]);
     assert!(matches!(
         decode(&hdr(opcode::WRITE), &op_in, b"abc"),
-        Err(DecodeError::Short { what: "write data", need: 9, got: 3, .. })
+        Err(DecodeError::Short {
+            what: "write data",
+            need: 9,
+            got: 3,
+            ..
+        })
     ));
 }
 
@@ -77,7 +85,24 @@ fn setattr_keeps_only_the_valid_fields() {
     // valid = MODE | SIZE | MTIME_NOW | KILL_SUIDGID
     let valid = fattr::MODE | fattr::SIZE | fattr::MTIME_NOW | fattr::KILL_SUIDGID;
     let op_in = le(
-        &[valid as u64, 0, 0, 12345, 0, 1, 2, 3, 4, 5, 6, 0o644, 0, 77, 88, 0],
+        &[
+            valid as u64,
+            0,
+            0,
+            12345,
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+            0o644,
+            0,
+            77,
+            88,
+            0,
+        ],
         &[4, 4, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4],
     );
     assert_eq!(op_in.len(), 88);
@@ -158,12 +183,24 @@ fn replies_lay_out_as_the_kernel_reads_them() {
     assert_eq!(&buf[0..8], &5u64.to_le_bytes());
     assert_eq!(&buf[40..48], &5u64.to_le_bytes()); // attr.ino
     assert_eq!(&buf[48..56], &100u64.to_le_bytes()); // attr.size
-    // attr.mode sits after 6 u64 and 3 u32 of the attr.
-    assert_eq!(&buf[40 + 60..40 + 64], &(libc::S_IFREG | 0o644).to_le_bytes());
-    assert_eq!(&buf[ENTRY_OUT_LEN + 8..ENTRY_OUT_LEN + 12], &2u32.to_le_bytes());
-    assert_eq!(Response::Error(libc::ENOENT).encode(&mut buf), (-libc::ENOENT, 0));
+                                                     // attr.mode sits after 6 u64 and 3 u32 of the attr.
+    assert_eq!(
+        &buf[40 + 60..40 + 64],
+        &(libc::S_IFREG | 0o644).to_le_bytes()
+    );
+    assert_eq!(
+        &buf[ENTRY_OUT_LEN + 8..ENTRY_OUT_LEN + 12],
+        &2u32.to_le_bytes()
+    );
+    assert_eq!(
+        Response::Error(libc::ENOENT).encode(&mut buf),
+        (-libc::ENOENT, 0)
+    );
     // Too big for the buffer: EIO, never a cut reply.
-    assert_eq!(Response::Data(vec![1; 300]).encode(&mut buf), (-libc::EIO, 0));
+    assert_eq!(
+        Response::Data(vec![1; 300]).encode(&mut buf),
+        (-libc::EIO, 0)
+    );
     let h = out_header(99, -2, 0);
     assert_eq!(&h[4..8], &(-2i32).to_le_bytes());
     assert_eq!(&h[8..16], &99u64.to_le_bytes());
@@ -196,5 +233,187 @@ proptest::proptest! {
     fn decode_never_panics(op in 0u32..60, op_in in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..128),
                            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
         let _ = decode(&hdr(op), &op_in, &payload);
+    }
+}
+
+/// A request captured from a real ring (`PTSD_URING_CAPTURE`, Linux 6.18):
+/// its header, its op header, its payload (the ring's `payload_sz` bytes).
+fn captured(bytes: &[u8]) -> (InHeader, &[u8], &[u8]) {
+    let h = InHeader::decode(&bytes[..IN_HEADER_LEN]).unwrap();
+    let payload_sz = u32::from_le_bytes(bytes[272..276].try_into().unwrap()) as usize;
+    // commit_id, what COMMIT_AND_FETCH answers, is the request's unique.
+    assert_eq!(
+        u64::from_le_bytes(bytes[264..272].try_into().unwrap()),
+        h.unique
+    );
+    (h, &bytes[128..256], &bytes[288..288 + payload_sz])
+}
+
+macro_rules! cap {
+    ($name:literal) => {
+        captured(include_bytes!(concat!("captured/", $name, ".bin")))
+    };
+}
+
+#[test]
+fn captured_requests_decode() {
+    let (h, a, p) = cap!("lookup");
+    assert_eq!((h.opcode, h.nodeid, h.uid), (opcode::LOOKUP, 1, 0));
+    assert_eq!(decode(&h, a, p).unwrap(), Request::Lookup { name: b"file" });
+
+    let (h, a, p) = cap!("create");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Create {
+            name: b"file",
+            mode: libc::S_IFREG | 0o644,
+            umask: 0o022,
+            flags: 0o101101 // O_WRONLY|O_CREAT|O_TRUNC|O_LARGEFILE
+        }
+    );
+
+    let (h, a, p) = cap!("write");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Write {
+            fh: 0,
+            offset: 0,
+            data: b"hello\n",
+            write_flags: 0
+        }
+    );
+
+    let (h, a, p) = cap!("mkdir");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Mkdir {
+            name: b"sub",
+            mode: 0o755,
+            umask: 0o022
+        }
+    );
+
+    let (h, a, p) = cap!("symlink");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Symlink {
+            name: b"lnk",
+            target: b"file"
+        }
+    );
+
+    let (h, a, p) = cap!("rename2");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Rename {
+            newdir: 1,
+            name: b"file",
+            newname: b"renamed",
+            // mv asks renameat2 for RENAME_NOREPLACE.
+            flags: libc::RENAME_NOREPLACE
+        }
+    );
+
+    // truncate -s 100: FATTR_SIZE (with FH and LOCKOWNER, which ptsd ignores).
+    let (h, a, p) = cap!("setattr_truncate");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Setattr(SetattrIn {
+            size: Some(100),
+            ..SetattrIn::default()
+        })
+    );
+
+    let (h, a, p) = cap!("link");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Link {
+            oldnodeid: 36,
+            name: b"hard"
+        }
+    );
+
+    let (h, a, p) = cap!("mknod_fifo");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Mknod {
+            name: b"fifo",
+            mode: libc::S_IFIFO | 0o644,
+            umask: 0o022,
+            rdev: 0
+        }
+    );
+
+    // open(dir, O_TMPFILE|O_RDWR, 0600); the kernel sends a name of "/".
+    let (h, a, p) = cap!("tmpfile");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Tmpfile {
+            mode: libc::S_IFREG | 0o600,
+            umask: 0o022,
+            // The kernel adds O_LARGEFILE (0o100000; libc's constant is 0 on x86-64).
+            flags: (libc::O_TMPFILE | libc::O_RDWR) as u32 | 0o100000
+        }
+    );
+
+    let (h, a, p) = cap!("fallocate");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Fallocate {
+            offset: 0,
+            length: 8192,
+            mode: 0
+        }
+    );
+
+    let (h, a, p) = cap!("lseek_data");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Lseek {
+            offset: 0,
+            whence: libc::SEEK_DATA
+        }
+    );
+
+    let (h, a, p) = cap!("readdirplus");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Readdirplus {
+            offset: 7,
+            size: 32768
+        }
+    );
+
+    let (h, a, p) = cap!("getxattr");
+    assert_eq!(
+        decode(&h, a, p).unwrap(),
+        Request::Getxattr {
+            name: b"system.posix_acl_access",
+            size: 4096
+        }
+    );
+
+    let (h, a, p) = cap!("unlink");
+    assert_eq!(decode(&h, a, p).unwrap(), Request::Unlink { name: b"hard" });
+    let (h, a, p) = cap!("rmdir");
+    assert_eq!(decode(&h, a, p).unwrap(), Request::Rmdir { name: b"sub" });
+}
+
+#[test]
+fn captured_requests_cut_short_are_errors() {
+    // Every captured request with its payload cut at every length decodes
+    // or fails cleanly, and a cut name never decodes as a shorter name.
+    for bytes in [
+        &include_bytes!("captured/lookup.bin")[..],
+        include_bytes!("captured/symlink.bin"),
+        include_bytes!("captured/rename2.bin"),
+        include_bytes!("captured/write.bin"),
+        include_bytes!("captured/create.bin"),
+    ] {
+        let (h, a, p) = captured(bytes);
+        let whole = decode(&h, a, p).unwrap();
+        for cut in 0..p.len() {
+            assert_ne!(decode(&h, a, &p[..cut]).ok(), Some(whole.clone()));
+        }
     }
 }

@@ -51,7 +51,7 @@ pub struct RingConfig {
 pub struct RingStats {
     /// Requests answered through the rings.
     pub requests: AtomicU64,
-    /// Entries the kernel accepted.
+    /// Entries that received a request (so were accepted).
     pub registered: AtomicU64,
     /// Set when a REGISTER failed: the kernel then serves this mount over
     /// /dev/fuse.
@@ -108,7 +108,8 @@ pub fn start(dev: OwnedFd, handler: Arc<dyn Handler>, cfg: &RingConfig) -> io::R
     let mut threads = Vec::new();
     for qid in 0..queues {
         for t in 0..cfg.threads_per_queue.max(1) {
-            let (dev, handler, stats, cfg) = (dev.clone(), handler.clone(), stats.clone(), cfg.clone());
+            let (dev, handler, stats, cfg) =
+                (dev.clone(), handler.clone(), stats.clone(), cfg.clone());
             let th = std::thread::Builder::new()
                 .name(format!("ptsd-uring-{qid}.{t}"))
                 .spawn(move || {
@@ -120,7 +121,11 @@ pub fn start(dev: OwnedFd, handler: Arc<dyn Handler>, cfg: &RingConfig) -> io::R
             threads.push(th);
         }
     }
-    Ok(Rings { threads, stats, queues })
+    Ok(Rings {
+        threads,
+        stats,
+        queues,
+    })
 }
 
 fn pin_to(cpu: usize) {
@@ -158,7 +163,11 @@ impl Entry {
                 iov_len: payload.len(),
             },
         ]);
-        Entry { header, payload, iov }
+        Entry {
+            header,
+            payload,
+            iov,
+        }
     }
 }
 
@@ -227,13 +236,23 @@ fn serve_queue(
         }
         if res < 0 {
             let err = io::Error::from_raw_os_error(-res);
+            // The kernel tore the queues down (unmount, abort): a pending
+            // REGISTER or COMMIT_AND_FETCH ends so.
+            if [libc::ENOTCONN, libc::ECANCELED, libc::ECONNABORTED].contains(&-res) {
+                tracing::debug!("FUSE io_uring queue {qid} ends: {err}");
+                return Ok(());
+            }
             if !registered {
                 stats.register_failed.store(true, Ordering::SeqCst);
                 return Err(io::Error::new(err.kind(), format!("REGISTER: {err}")));
             }
-            // ENOTCONN/ECANCELED: the kernel tore the queues down (unmount).
-            tracing::debug!("FUSE io_uring queue {qid} ends: {err}");
-            return Ok(());
+            // The reply was refused (say, a request the kernel no longer
+            // waits for): the entry is gone from the queue, so register it
+            // again rather than leave the queue one entry short.
+            tracing::warn!("FUSE io_uring queue {qid}: COMMIT_AND_FETCH: {err}");
+            registered = false;
+            next = sqe(fd, CMD_REGISTER, qid, 0, &ent);
+            continue;
         }
         if !registered {
             registered = true;
@@ -287,6 +306,7 @@ fn answer(ent: &mut Entry, handler: &dyn Handler) -> u64 {
     };
     let commit_id = field(ENT_IN_OUT + 8, 8);
     let payload_sz = (field(ENT_IN_OUT + 16, 4) as usize).min(ent.payload.len());
+    capture(&h[..], &ent.payload[..payload_sz]);
     let resp = match InHeader::decode(&h[..proto::IN_HEADER_LEN]) {
         Ok(hdr) => {
             let op_in = &h[OP_IN..OP_IN + 128];
@@ -317,4 +337,21 @@ fn answer(ent: &mut Entry, handler: &dyn Handler) -> u64 {
     // struct fuse_uring_ent_in_out.payload_sz: what the reply carries.
     ent.header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_le_bytes());
     commit_id
+}
+
+/// With `PTSD_URING_CAPTURE=DIR`, every request is saved as it arrived (the
+/// 288-byte ring header, then the payload) to `DIR/<unique>-<opcode>.bin`:
+/// the codec's tests replay such captures.
+fn capture(header: &[u8], payload: &[u8]) {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let Some(dir) = DIR.get_or_init(|| std::env::var_os("PTSD_URING_CAPTURE").map(Into::into))
+    else {
+        return;
+    };
+    let Ok(h) = InHeader::decode(header) else {
+        return;
+    };
+    let mut b = header.to_vec();
+    b.extend_from_slice(payload);
+    let _ = std::fs::write(dir.join(format!("{:06}-{}.bin", h.unique, h.opcode)), b);
 }

@@ -230,7 +230,9 @@ impl Handler for FsHandler {
                 newname,
                 flags,
             } => empty(fs.rename(ino, name, self.ino(newdir), newname, flags)),
-            Request::Link { oldnodeid, name } => self.entry(fs.link(self.ino(oldnodeid), ino, name)),
+            Request::Link { oldnodeid, name } => {
+                self.entry(fs.link(self.ino(oldnodeid), ino, name))
+            }
             Request::Open { .. } => match fs.open(ino) {
                 Ok(_) => Response::Open {
                     fh: 0,
@@ -269,16 +271,16 @@ impl Handler for FsHandler {
             }
             Request::Release { .. } => empty(fs.release(ino)),
             Request::Fsync { .. } | Request::Fsyncdir { .. } => empty(fs.fsync()),
-            Request::Setxattr { name, value, flags } => {
-                empty(fs.setxattr(ino, name, value, flags))
-            }
+            Request::Setxattr { name, value, flags } => empty(fs.setxattr(ino, name, value, flags)),
             Request::Getxattr { name, size } => xattr(fs.getxattr(ino, name), size),
             Request::Listxattr { size } => xattr(fs.listxattr(ino), size),
             Request::Removexattr { name } => empty(fs.removexattr(ino, name)),
             // As on /dev/fuse: nothing to do at close; ENOSYS stops FLUSH.
             Request::Flush => Response::Error(libc::ENOSYS),
             Request::Opendir { .. } => match fs.getattr(ino) {
-                Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => Response::Open { fh: 0, flags: 0 },
+                Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => {
+                    Response::Open { fh: 0, flags: 0 }
+                }
                 Ok(_) => Response::Error(libc::ENOTDIR),
                 Err(e) => Response::Error(e.0),
             },
@@ -289,7 +291,9 @@ impl Handler for FsHandler {
             Request::Create {
                 name, mode, umask, ..
             } => self.created(fs.create(ino, name, mode & !umask, who)),
-            Request::Tmpfile { mode, umask, .. } => self.created(fs.tmpfile(ino, mode & !umask, who)),
+            Request::Tmpfile { mode, umask, .. } => {
+                self.created(fs.tmpfile(ino, mode & !umask, who))
+            }
             Request::Destroy => {
                 if let Err(e) = fs.close() {
                     tracing::error!("clean unmount failed: {e}");
