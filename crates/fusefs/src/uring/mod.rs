@@ -7,7 +7,7 @@
 //! asks for `FUSE_OVER_IO_URING` there, see [`UringInit`]), and keeps
 //! serving what the kernel still sends through /dev/fuse (FORGET,
 //! INTERRUPT, requests before every queue has an entry): the same
-//! [`FileSystem`] behind both. [`FsHandler`] answers the ring's requests,
+//! [`crate::FileSystem`] behind both. [`FsHandler`] answers the ring's requests,
 //! decoded by [`proto`], on [`ring`]'s queue threads.
 
 #[doc(hidden)]
@@ -78,7 +78,7 @@ pub fn enable() -> std::io::Result<()> {
 pub const MAX_WRITE: u32 = 1 << 20;
 
 /// INIT's outcome for the io_uring transport, shared between
-/// [`crate::fuse::FuseFs::init`] and the code that starts the rings.
+/// [`crate::fuse::FuseFs`]'s INIT and the code that starts the rings.
 #[derive(Debug, Default)]
 pub struct UringInit {
     want: bool,
