@@ -1,40 +1,94 @@
-//! How `stack_crash` assembles, mounts and recovers the stack on crash
-//! media: file system → journal (on a crash region) → home device (a crash
-//! device).
+//! How `stack_crash` assembles, mounts and recovers the stack: through
+//! [`Stack::open`], the code `ptsd mount` runs, over crash media — the file
+//! system on the journal (a [`CrashRegion`]) on the emulated SSD (FTL in
+//! virtual time) whose persistent image is a [`CrashDevice`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use ptsd_blockdev::{BlockDevice, CrashDevice};
-use ptsd_fs::{
-    fsck, mkfs, DirectStore, FileSystem, JournalStore, MkfsOptions, Store, StoreError, StoreTxn,
-};
-use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig};
+use ptsd_blockdev::CrashDevice;
+use ptsd_fs::{FileSystem, JournalStore, Store, StoreError, StoreTxn};
+use ptsd_ftl::{FtlConfig, Ssd, Variant};
+use ptsd_nvjournal::{CrashRegion, JournalConfig};
+use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec, StoreHook};
 
-/// Home device blocks (4 KiB).
-pub const BLOCKS: u64 = 16384;
+/// Logical bytes of the emulated SSD the file system lives on.
+pub const SSD_BYTES: u64 = 32 << 20;
 /// Journal region bytes.
 pub const REGION: usize = 4 << 20;
 
-/// The media one stack lives on.
+/// The FTL under the file system: an input picks one of these mapping
+/// schemes (the index into [`FTLS`]).
+pub const FTLS: [Variant; 3] = [Variant::Page, Variant::Dftl, Variant::WriteOpt];
+
+/// The emulated SSD's configuration: `variant`'s mapping scheme on a small
+/// geometry (2 channels × 2 chips, 32-page blocks), quick to recover.
+pub fn ftl_config(variant: Variant) -> FtlConfig {
+    let mut cfg = FtlConfig::paper(variant, SSD_BYTES);
+    cfg.channels = 2;
+    cfg.chips_per_channel = 2;
+    cfg.pages_per_block = 32;
+    cfg.with_logical_bytes(SSD_BYTES)
+}
+
+/// The media one stack lives on: the journal's region and the SSD's image.
 pub struct Media {
     pub region: CrashRegion,
-    pub dev: Arc<CrashDevice>,
+    pub image: Arc<CrashDevice>,
+    pub ftl: FtlConfig,
 }
 
 impl Media {
-    /// Blank media.
-    pub fn new() -> Self {
+    /// Blank media (`Stack::open` formats the SSD and makes a file system).
+    pub fn new(variant: Variant) -> Self {
+        let ftl = ftl_config(variant);
+        let blocks = Ssd::image_blocks(&ftl, 4096);
         Self {
             region: CrashRegion::new(REGION),
-            dev: Arc::new(CrashDevice::new(4096, BLOCKS).expect("geometry")),
+            image: Arc::new(CrashDevice::new(4096, blocks).expect("geometry")),
+            ftl,
         }
     }
-}
 
-impl Default for Media {
-    fn default() -> Self {
-        Self::new()
+    /// One post-crash state of both media, drawn with `seed`.
+    pub fn crash_copy(&self, seed: u64) -> Self {
+        Self {
+            region: CrashRegion::from_image(self.region.crash_image(seed)),
+            image: Arc::new(self.image.crash_copy(seed)),
+            ftl: self.ftl.clone(),
+        }
+    }
+
+    /// Cut both media at once, whichever is cut first (the region's hook
+    /// holds the image weakly: the two hooks would otherwise keep each
+    /// other alive).
+    pub fn link_power(&self) {
+        let d = Arc::downgrade(&self.image);
+        self.region.on_crash(move || {
+            if let Some(d) = d.upgrade() {
+                d.power_cut();
+            }
+        });
+        let r = self.region.clone();
+        self.image.on_power_cut(move || r.crash_now());
+    }
+
+    /// What `ptsd mount` would be given for these media, with the
+    /// deterministic journal settings and `hook` around the store.
+    pub fn spec(&self, hook: Option<StoreHook>) -> StackSpec {
+        let mut s = StackSpec::new(
+            DeviceSpec::Ssd {
+                config: Box::new(self.ftl.clone()),
+                image: self.image.clone(),
+            },
+            JournalSpec::Region(Arc::new(self.region.clone())),
+        );
+        s.journal_config = journal_config();
+        s.missing_journal = MissingJournal::Refuse;
+        s.lock_wait = Duration::ZERO;
+        s.store_hook = hook;
+        s
     }
 }
 
@@ -54,9 +108,9 @@ pub fn journal_config() -> JournalConfig {
 /// commit runs, as another thread's fsync could. A single-threaded run
 /// otherwise only ever commits between operations, where an operation split
 /// into several transactions would look atomic.
-pub struct Interposed {
+struct Interposed {
     inner: Arc<JournalStore>,
-    left: AtomicU64,
+    left: Arc<AtomicU64>,
 }
 
 struct ITxn<'a> {
@@ -114,8 +168,8 @@ impl Store for Interposed {
 
 /// A mounted stack.
 pub struct Mounted {
-    fs: FileSystem,
-    store: Arc<Interposed>,
+    stack: Option<Stack>,
+    left: Arc<AtomicU64>,
     region: CrashRegion,
 }
 
@@ -123,7 +177,7 @@ impl Mounted {
     /// A concurrent fsync right after the `n`-th transaction from now
     /// finishes (0: none).
     pub fn commit_after(&self, n: u64) {
-        self.store.left.store(n, Ordering::SeqCst);
+        self.left.store(n, Ordering::SeqCst);
     }
 
     /// Whether the power was cut under this stack.
@@ -131,55 +185,56 @@ impl Mounted {
         self.region.is_crashed()
     }
 
+    fn stack(&self) -> &Stack {
+        self.stack.as_ref().expect("stack used after close")
+    }
+
     pub fn fs(&self) -> &FileSystem {
-        &self.fs
+        self.stack().fs()
     }
 
     /// A journal checkpoint, as the background thread does it.
     pub fn checkpoint(&self) -> Result<(), String> {
-        self.store
+        self.stack()
+            .store()
             .checkpoint()
             .map_err(|e| format!("checkpoint: {e}"))
     }
 
-    /// Clean unmount.
-    pub fn close(&self) -> Result<(), String> {
-        self.fs.close().map_err(|e| format!("close: {e}"))
+    /// Clean unmount (`Stack::close`: journal checkpointed, file system
+    /// marked clean, SSD map checkpointed).
+    pub fn close(&mut self) -> Result<(), String> {
+        match self.stack.take() {
+            Some(s) => s.close().map_err(|e| format!("close: {e}")),
+            None => Ok(()),
+        }
     }
 }
 
-/// Mount the stack on `media`: a fresh file system and journal when
-/// `fresh`, else recover what is there (journal replay, mount preflight,
-/// orphans freed).
-pub fn mount(media: &Media, fresh: bool) -> Result<Mounted, String> {
-    let dev: Arc<dyn BlockDevice> = media.dev.clone();
-    let journal = if fresh {
-        let direct = DirectStore::new(dev.clone()).map_err(|e| e.to_string())?;
-        mkfs(&direct, &MkfsOptions::default()).map_err(|e| format!("mkfs: {e}"))?;
-        dev.flush().map_err(|e| e.to_string())?;
-        Journal::create(media.region.clone(), dev.clone(), journal_config())
-            .map_err(|e| format!("journal create: {e}"))?
-    } else {
-        Journal::open(media.region.clone(), dev.clone(), journal_config())
-            .map_err(|e| format!("journal recovery: {e}"))?
-            .0
-    };
-    let store = Arc::new(Interposed {
-        inner: Arc::new(JournalStore::new(journal, dev, "crashcheck".into())),
-        left: AtomicU64::new(0),
-    });
-    let fs =
-        FileSystem::mount(store.clone() as Arc<dyn Store>).map_err(|e| format!("mount: {e}"))?;
+/// Mount the stack on `media` with `Stack::open`: blank media get a
+/// formatted SSD, a file system and a journal; anything else is recovered
+/// as `ptsd mount` recovers it (SSD map from OOB, journal replay, mount
+/// preflight, orphans freed).
+pub fn mount(media: &Media) -> Result<Mounted, String> {
+    let left = Arc::new(AtomicU64::new(0));
+    let l = left.clone();
+    let hook = StoreHook(Arc::new(move |inner: Arc<JournalStore>| {
+        Arc::new(Interposed {
+            inner,
+            left: l.clone(),
+        }) as Arc<dyn Store>
+    }));
+    let stack = Stack::open(media.spec(Some(hook))).map_err(|e| format!("Stack::open: {e}"))?;
     Ok(Mounted {
-        fs,
-        store,
+        stack: Some(stack),
+        left,
         region: media.region.clone(),
     })
 }
 
-/// fsck of the device alone (after a clean close).
-pub fn fsck(dev: &Arc<CrashDevice>) -> Result<fsck::Report, String> {
-    let d: Arc<dyn BlockDevice> = dev.clone();
-    let store = DirectStore::new(d).map_err(|e| e.to_string())?;
-    fsck::check(Arc::new(store), false).map_err(|e| e.to_string())
+/// `ptsd fsck` of the unmounted stack (after a clean close).
+pub fn fsck(media: &Media) -> Result<ptsd_fs::fsck::Report, String> {
+    ptsd_stack::fsck(&media.spec(None), false)
+        .map(|o| o.report)
+        .map_err(|e| e.to_string())
 }

@@ -7,8 +7,95 @@
 //! system before a crash is a finding) and what it leaves.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::input::Input;
+
+/// File contents, in copy-on-write chunks: the runner keeps the model's
+/// state after every operation since the last sync, and a clone of a
+/// multi-megabyte file per 4 KiB write would be most of its time.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Data {
+    len: usize,
+    /// `len.div_ceil(CHUNK)` chunks of `CHUNK` bytes; bytes past `len` are 0.
+    chunks: Vec<Arc<Vec<u8>>>,
+}
+
+const CHUNK: usize = 16 << 10;
+
+impl Data {
+    /// The contents `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let chunks = bytes
+            .chunks(CHUNK)
+            .map(|c| {
+                let mut v = c.to_vec();
+                v.resize(CHUNK, 0);
+                Arc::new(v)
+            })
+            .collect();
+        Data {
+            len: bytes.len(),
+            chunks,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Grow with zeroes or shrink to `n` bytes.
+    pub fn resize(&mut self, n: usize) {
+        if n < self.len {
+            self.zero(n, self.len);
+        }
+        self.chunks
+            .resize_with(n.div_ceil(CHUNK), || Arc::new(vec![0; CHUNK]));
+        self.len = n;
+    }
+
+    /// Bytes `at..at + n` become `f(0), f(1), ...` (within `len`).
+    pub fn write_with(&mut self, at: usize, n: usize, f: impl Fn(usize) -> u8) {
+        let end = (at + n).min(self.len);
+        let mut pos = at;
+        while pos < end {
+            let (c, o) = (pos / CHUNK, pos % CHUNK);
+            let k = (CHUNK - o).min(end - pos);
+            let chunk = Arc::make_mut(&mut self.chunks[c]);
+            for (i, b) in chunk[o..o + k].iter_mut().enumerate() {
+                *b = f(pos + i - at);
+            }
+            pos += k;
+        }
+    }
+
+    /// Bytes `from..to` become zeroes (within `len`).
+    pub fn zero(&mut self, from: usize, to: usize) {
+        self.write_with(from, to.saturating_sub(from), |_| 0);
+    }
+
+    /// The contents as one vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v: Vec<u8> = self.chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        v.truncate(self.len);
+        v
+    }
+}
+
+impl std::fmt::Debug for Data {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes (crc32c {:08x})",
+            self.len,
+            crc32c::crc32c(&self.to_vec())
+        )
+    }
+}
 
 /// Parent directories operations use ("" is the root).
 pub const PARENTS: [&str; 3] = ["", "d0", "d1"];
@@ -86,7 +173,7 @@ pub enum Ent {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FileM {
-    pub data: Vec<u8>,
+    pub data: Data,
     pub xattrs: BTreeMap<String, Vec<u8>>,
 }
 
@@ -97,7 +184,7 @@ pub enum View {
         xattrs: BTreeMap<String, Vec<u8>>,
     },
     File {
-        data: Vec<u8>,
+        data: Data,
         xattrs: BTreeMap<String, Vec<u8>>,
         nlink: u32,
         /// The first path (in order) of the same inode: hard links agree.
@@ -176,11 +263,11 @@ impl Model {
                 let d = &mut self.files.get_mut(&id).unwrap().data;
                 let end = (off + len) as usize;
                 if d.len() < end {
-                    d.resize(end, 0);
+                    d.resize(end);
                 }
-                for (i, b) in d[*off as usize..end].iter_mut().enumerate() {
-                    *b = fill(*byte, off + i as u64);
-                }
+                d.write_with(*off as usize, *len as usize, |i| {
+                    fill(*byte, off + i as u64)
+                });
             }
             Op::Append(p, len, byte) => {
                 let Some(id) = self.file(p) else { return false };
@@ -193,14 +280,14 @@ impl Model {
                     .get_mut(&id)
                     .unwrap()
                     .data
-                    .resize(*size as usize, 0);
+                    .resize(*size as usize);
             }
             Op::Falloc(p, off, len, keep) => {
                 let Some(id) = self.file(p) else { return false };
                 let d = &mut self.files.get_mut(&id).unwrap().data;
                 let end = (off + len) as usize;
                 if !keep && d.len() < end {
-                    d.resize(end, 0);
+                    d.resize(end);
                 }
             }
             Op::Scatter(p, start, count, stride, byte) => {
@@ -214,10 +301,7 @@ impl Model {
             Op::Punch(p, off, len) => {
                 let Some(id) = self.file(p) else { return false };
                 let d = &mut self.files.get_mut(&id).unwrap().data;
-                let end = ((off + len) as usize).min(d.len());
-                if (*off as usize) < end {
-                    d[*off as usize..end].fill(0);
-                }
+                d.zero(*off as usize, (off + len) as usize);
             }
             Op::Link(src, dst) => {
                 let Some(id) = self.file(src) else {

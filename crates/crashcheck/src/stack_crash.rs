@@ -19,13 +19,12 @@
 //! model's after every operation.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
-use ptsd_blockdev::{CrashDevice, Fault};
+use ptsd_blockdev::Fault;
 use ptsd_fs::{Caller, Errno, FileSystem, SetAttr};
-use ptsd_nvjournal::CrashRegion;
+use ptsd_ftl::Variant;
 
-use crate::assembly::{self, Mounted};
+use crate::assembly::{self, Media, Mounted, FTLS};
 use crate::input::Input;
 use crate::model::{fill, gen_op, parent_of, Model, Op, Tree, View, OFF_UNIT};
 use crate::{CheckResult, Violation};
@@ -36,6 +35,10 @@ const ME: Caller = Caller { uid: 0, gid: 0 };
 pub const MAX_OPS: usize = 32;
 /// Post-crash images drawn from each cut.
 pub const IMAGES: u64 = 4;
+/// Operations of a run after which the power is also cut, as it were: an
+/// image drawn from the live media, recovered and checked while the run
+/// goes on.
+pub const SNAPS: usize = 8;
 
 /// A mounted stack plus the lookups the "kernel" holds on its inodes.
 struct Live {
@@ -286,7 +289,7 @@ impl Live {
                         let data = read_all(self.fs(), ino, a.size)
                             .map_err(|x| format!("read {path}: {x}"))?;
                         View::File {
-                            data,
+                            data: crate::model::Data::from_bytes(&data),
                             xattrs: xattrs(self.fs())?,
                             nlink: a.nlink,
                             first: first.entry(ino).or_insert_with(|| path.clone()).clone(),
@@ -347,9 +350,10 @@ fn diff(want: &Tree, got: &Tree) -> String {
             Some(g) if g != v => {
                 if let (View::File { data: a, .. }, View::File { data: b, .. }) = (v, g) {
                     if a != b {
+                        let (a, b) = (a.to_vec(), b.to_vec());
                         let at = a
                             .iter()
-                            .zip(b)
+                            .zip(&b)
                             .position(|(x, y)| x != y)
                             .unwrap_or(a.len().min(b.len()));
                         return format!(
@@ -451,7 +455,34 @@ pub fn run(data: &[u8]) -> CheckResult {
         Crash::None => Crash::None,
     };
     let concurrent = concurrent.map(|(op, k)| (scale(op), k));
-    run_ops(&ops, crash, eager_evict, torn, concurrent, inp.u16())
+    let second = inp.u16();
+    let ftl = FTLS[inp.below(FTLS.len() as u32) as usize];
+    let opts = Opts {
+        crash,
+        eager_evict,
+        torn,
+        concurrent,
+        second,
+        ftl,
+        snaps: SNAPS,
+    };
+    run_ops(&ops, opts)
+}
+
+/// How one run goes, besides its operations.
+#[derive(Clone, Copy, Debug)]
+struct Opts {
+    crash: Crash,
+    /// Drop the inode cache after every operation.
+    eager_evict: bool,
+    torn: bool,
+    /// A concurrent fsync after the k-th transaction of an operation.
+    concurrent: Option<(usize, u64)>,
+    /// Picks the post-crash images and the second crash during recovery.
+    second: u16,
+    ftl: Variant,
+    /// Between-operation cuts to draw (at most).
+    snaps: usize,
 }
 
 fn expand(op: Op) -> Vec<Op> {
@@ -470,36 +501,38 @@ fn expand(op: Op) -> Vec<Op> {
     }
 }
 
-fn run_ops(
-    ops: &[Op],
-    crash: Crash,
-    eager_evict: bool,
-    torn: bool,
-    concurrent: Option<(usize, u64)>,
-    second: u16,
-) -> CheckResult {
-    let media = assembly::Media::new();
-    media.dev.set_torn_writes(torn);
-    let m = assembly::mount(&media, true)
-        .map_err(|e| Violation::new(T, format!("fresh stack: {e}")))?;
+fn run_ops(ops: &[Op], opts: Opts) -> CheckResult {
+    let Opts {
+        crash,
+        eager_evict,
+        torn,
+        concurrent,
+        second,
+        ftl,
+        snaps,
+    } = opts;
+    let media = Media::new(ftl);
+    media.image.set_torn_writes(torn);
+    let m =
+        assembly::mount(&media).map_err(|e| Violation::new(T, format!("fresh stack: {e}")))?;
     let mut live = Live {
         m,
         lookups: HashMap::new(),
     };
-    let dev = media.dev.clone();
+    let dev = media.image.clone();
     let region = media.region.clone();
-    {
-        // The cut hits both media at once. The region's hook holds the
-        // device weakly: the two hooks would otherwise keep each other alive.
-        let d = Arc::downgrade(&dev);
-        region.on_crash(move || {
-            if let Some(d) = d.upgrade() {
-                d.power_cut();
-            }
-        });
-        let r = region.clone();
-        dev.on_power_cut(move || r.crash_now());
-    }
+    // The cut hits both media at once.
+    media.link_power();
+    // Between-operation cuts: up to SNAPS operations, spread over the run,
+    // after which an image is drawn while the run goes on.
+    let snaps: Vec<usize> = match ops.len() {
+        0 => Vec::new(),
+        n => (0..snaps)
+            .map(|k| (k * n / snaps + usize::from(second) % n.div_ceil(snaps)).min(n - 1))
+            .collect(),
+    };
+    let keep_states = !matches!(crash, Crash::None) || !snaps.is_empty();
+    let mut snapped = 0;
     let mut model = Model::default();
     let mut states = vec![model.view()];
     let mut durable_from = 0;
@@ -510,7 +543,9 @@ fn run_ops(
         let tail = &done[skip..];
         Violation::new(
             T,
-            format!("{what}\n  after {skip} earlier ops and: {tail:?}\n  crash: {crash:?}"),
+            format!(
+                "{what}\n  after {skip} earlier ops and: {tail:?}\n  crash: {crash:?}, FTL {ftl:?}"
+            ),
         )
     };
     for (i, op) in ops.iter().enumerate() {
@@ -535,13 +570,21 @@ fn run_ops(
         if !next.apply(op) {
             continue; // invalid here: the generator skips it
         }
+        let (ev0, wr0) = (region.events(), dev.stats().writes);
         let res = if *op == Op::Remount {
             live.lookups.clear();
             let r = live.m.close();
-            r.and_then(|()| assembly::mount(&media, false).map(|m| live.m = m))
+            r.and_then(|()| assembly::mount(&media).map(|m| live.m = m))
         } else {
             live.exec(op)
         };
+        if trace() {
+            eprintln!(
+                "op {i} {op:?}: {} region events, {} SSD image writes",
+                region.events() - ev0,
+                dev.stats().writes - wr0
+            );
+        }
         if region.is_crashed() {
             // The operation under way may or may not have finished.
             states.push(next.view());
@@ -557,14 +600,25 @@ fn run_ops(
             return Err(fail(&done, format!("{op:?} failed with no crash: {e}")));
         }
         model = next;
-        // Only states a crash could still show are kept (a scatter's
-        // hundreds of states of a multi-megabyte file would not fit).
-        if !matches!(crash, Crash::None) {
+        // Only states a crash could still show are kept.
+        if keep_states {
             states.push(model.view());
         }
         if matches!(op, Op::Fsync(..) | Op::Sync | Op::Checkpoint | Op::Remount) {
             states.drain(..states.len() - 1);
             durable_from = done.len();
+        }
+        if snaps.contains(&i) {
+            // Power lost right here, between two operations: one image,
+            // recovered and checked now (the run goes on).
+            let img = media.crash_copy(u64::from(second) ^ (i as u64) << 16);
+            check_image(&img, &states, false).map_err(|e| {
+                fail(
+                    &done,
+                    format!("image of a cut after op {i} (op {durable_from} synced): {e}"),
+                )
+            })?;
+            snapped += 1;
         }
         if eager_evict {
             live.evict();
@@ -599,13 +653,13 @@ fn run_ops(
         live.m
             .close()
             .map_err(|e| fail(&done, format!("close: {e}")))?;
-        fsck_clean(&media.dev).map_err(|e| fail(&done, e))?;
-        return Ok(0);
+        fsck_clean(&media).map_err(|e| fail(&done, e))?;
+        return Ok(snapped);
     }
     region.crash_now();
     drop(live);
     let allowed = &states[..];
-    if std::env::var_os("PTSD_FUZZ_TRACE").is_some() {
+    if trace() {
         eprintln!(
             "crash {crash:?}: {} ops done of {}, {} allowed states, last: {}",
             done.len(),
@@ -614,84 +668,88 @@ fn run_ops(
             sketch(&states[states.len() - 1])
         );
     }
-    let mut checked = 0;
+    let mut checked = snapped;
     for s in 0..IMAGES {
         let seed = u64::from(second).wrapping_mul(31).wrapping_add(s);
-        let mut img = assembly::Media {
-            region: CrashRegion::from_image(region.crash_image(seed)),
-            dev: Arc::new(dev.crash_copy(seed)),
-        };
+        let mut img = media.crash_copy(seed);
         if s == 1 {
             img = crash_during_recovery(img, second);
         }
-        let m = assembly::mount(&img, false)
-            .map_err(|e| fail(&done, format!("image {s}: recovery failed: {e}")))?;
-        let mut rec = Live {
-            m,
-            lookups: HashMap::new(),
-        };
-        let got = rec
-            .tree()
-            .map_err(|e| fail(&done, format!("image {s}: walking the recovered tree: {e}")))?;
-        if !allowed.contains(&got) {
-            let near = allowed.last().map(|w| diff(w, &got)).unwrap_or_default();
-            return Err(fail(
-                &done,
-                format!(
-                    "image {s}: recovered tree matches no state at or after the last sync (op {durable_from}):\n  got: {}\n  vs newest allowed: {near}",
-                    sketch(&got)
-                ),
-            ));
-        }
-        if s == 0 {
-            // The recovered stack takes new work.
-            let extra = [
-                Op::Mkdir("zz".into()),
-                Op::Create("zz/new".into()),
-                Op::Write("zz/new".into(), 0, 5000, 9),
-                Op::Sync,
-            ];
-            for op in &extra {
-                rec.exec(op)
-                    .map_err(|e| fail(&done, format!("image {s}: after recovery {op:?}: {e}")))?;
-            }
-            let t = rec.tree().map_err(|e| fail(&done, e))?;
-            if !matches!(t.get("zz/new"), Some(View::File { data, .. }) if data.len() == 5000) {
-                return Err(fail(
-                    &done,
-                    format!("image {s}: a file written after recovery is not there"),
-                ));
-            }
-        }
-        rec.m
-            .close()
-            .map_err(|e| fail(&done, format!("image {s}: close after recovery: {e}")))?;
-        fsck_clean(&img.dev).map_err(|e| fail(&done, format!("image {s}: {e}")))?;
+        check_image(&img, allowed, s == 0)
+            .map_err(|e| fail(&done, format!("image {s} (op {durable_from} synced): {e}")))?;
         checked += 1;
     }
     Ok(checked)
 }
 
-/// Start recovering `img`, cut the power at an early region event of that
-/// recovery (or right after it), and return the media the second cut left.
-fn crash_during_recovery(img: assembly::Media, at: u16) -> assembly::Media {
-    let d = img.dev.clone();
-    img.region.on_crash(move || d.power_cut());
-    img.region.crash_at_event(u64::from(at % 48));
-    if let Ok(m) = assembly::mount(&img, false) {
+/// Recover `img` with `Stack::open` and check it: the tree is one of
+/// `allowed`, (with `extra`) the stack takes new work, and after a clean
+/// close `fsck` finds it clean.
+fn check_image(img: &Media, allowed: &[Tree], extra: bool) -> Result<(), String> {
+    let m = assembly::mount(img).map_err(|e| format!("recovery failed: {e}"))?;
+    let mut rec = Live {
+        m,
+        lookups: HashMap::new(),
+    };
+    let got = rec
+        .tree()
+        .map_err(|e| format!("walking the recovered tree: {e}"))?;
+    if !allowed.contains(&got) {
+        let near = allowed.last().map(|w| diff(w, &got)).unwrap_or_default();
+        return Err(format!(
+            "recovered tree matches no state at or after the last sync:\n  got: {}\n  vs newest allowed: {near}",
+            sketch(&got)
+        ));
+    }
+    if extra {
+        // The recovered stack takes new work.
+        let extra = [
+            Op::Mkdir("zz".into()),
+            Op::Create("zz/new".into()),
+            Op::Write("zz/new".into(), 0, 5000, 9),
+            Op::Sync,
+        ];
+        for op in &extra {
+            rec.exec(op)
+                .map_err(|e| format!("after recovery {op:?}: {e}"))?;
+        }
+        let t = rec.tree()?;
+        if !matches!(t.get("zz/new"), Some(View::File { data, .. }) if data.len() == 5000) {
+            return Err("a file written after recovery is not there".into());
+        }
+    }
+    rec.m
+        .close()
+        .map_err(|e| format!("close after recovery: {e}"))?;
+    fsck_clean(img)
+}
+
+/// `PTSD_FUZZ_TRACE=1`: say what each operation did and where the cut fell.
+fn trace() -> bool {
+    std::env::var_os("PTSD_FUZZ_TRACE").is_some()
+}
+
+/// Start recovering `img` with `Stack::open`, cut the power at an early
+/// region event or SSD image write of that recovery (or right after it),
+/// and return the media the second cut left.
+fn crash_during_recovery(img: Media, at: u16) -> Media {
+    img.link_power();
+    if at & 1 == 0 {
+        img.region.crash_at_event(u64::from(at / 2 % 48));
+    } else {
+        img.image
+            .inject(Fault::PowerCutAtWrite(1 + u64::from(at / 2 % 24)));
+    }
+    if let Ok(m) = assembly::mount(&img) {
         img.region.crash_now();
         drop(m);
     }
     img.region.crash_now();
-    let seed = u64::from(at) ^ 0x5EC0;
-    assembly::Media {
-        region: CrashRegion::from_image(img.region.crash_image(seed)),
-        dev: Arc::new(img.dev.crash_copy(seed)),
-    }
+    img.crash_copy(u64::from(at) ^ 0x5EC0)
 }
 
-fn fsck_clean(dev: &Arc<CrashDevice>) -> Result<(), String> {
-    let report = assembly::fsck(dev).map_err(|e| format!("fsck: {e}"))?;
+fn fsck_clean(media: &Media) -> Result<(), String> {
+    let report = assembly::fsck(media).map_err(|e| format!("fsck: {e}"))?;
     if report.problems.is_empty() {
         Ok(())
     } else {
@@ -699,8 +757,6 @@ fn fsck_clean(dev: &Arc<CrashDevice>) -> Result<(), String> {
     }
 }
 
-/// Run a fixed workload (the exhaustive set): `ops`, crashed at region
-/// event `event` (`None`: no crash, every step checked live).
 /// Run a fixed workload crashed at region event `event` of operation
 /// `event.0`, with a concurrent fsync right after the `k`-th transaction of
 /// operation `concurrent.0` (a tailored case: the injected-bug test).
@@ -710,10 +766,67 @@ pub fn run_case(
     concurrent: Option<(usize, u64)>,
 ) -> CheckResult {
     let crash = event.map_or(Crash::None, |(op, event)| Crash::RegionEvent { op, event });
-    run_ops(ops, crash, false, false, concurrent, 0)
+    let opts = Opts {
+        crash,
+        eager_evict: false,
+        torn: false,
+        concurrent,
+        second: 0,
+        ftl: FTLS[0],
+        snaps: 0,
+    };
+    run_ops(ops, opts)
 }
 
-pub fn run_fixed(ops: &[Op], event: Option<(usize, u64)>, second: u16) -> CheckResult {
+/// Run a fixed workload (the exhaustive set) on the SSD with FTL `ftl`:
+/// `ops`, crashed at region event `event.1` of operation `event.0` (`None`:
+/// no crash, every step checked live); `second` picks the post-crash
+/// images and the second crash during recovery; `snaps` cuts are also
+/// drawn between operations.
+pub fn run_fixed(
+    ops: &[Op],
+    event: Option<(usize, u64)>,
+    second: u16,
+    ftl: Variant,
+    snaps: usize,
+) -> CheckResult {
     let crash = event.map_or(Crash::None, |(op, event)| Crash::RegionEvent { op, event });
-    run_ops(ops, crash, false, false, None, second)
+    let opts = Opts {
+        crash,
+        eager_evict: false,
+        torn: false,
+        concurrent: None,
+        second,
+        ftl,
+        snaps,
+    };
+    run_ops(ops, opts)
+}
+
+/// The region events (journal persistence points: a crash point each) of
+/// every operation of `ops`, run without a crash on the SSD with FTL `ftl`;
+/// the exhaustive sets crash at each.
+pub fn events_per_op(ops: &[Op], ftl: Variant) -> Result<Vec<u64>, String> {
+    let media = Media::new(ftl);
+    let mut live = Live {
+        m: assembly::mount(&media)?,
+        lookups: HashMap::new(),
+    };
+    let mut model = Model::default();
+    let mut out = Vec::new();
+    for op in ops {
+        let before = media.region.events();
+        if model.apply(op) {
+            if *op == Op::Remount {
+                live.lookups.clear();
+                live.m.close()?;
+                live.m = assembly::mount(&media)?;
+            } else {
+                live.exec(op)?;
+            }
+        }
+        out.push(media.region.events() - before);
+    }
+    live.m.close()?;
+    Ok(out)
 }

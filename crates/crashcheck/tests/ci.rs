@@ -47,7 +47,7 @@ fn stack_crash_seeds() {
     let t = run_seeds(
         "stack_crash",
         "stack_crash_seeds",
-        seeds(100),
+        seeds(1_000),
         ptsd_crashcheck::stack_crash::run,
     );
     assert!(t.states >= t.runs, "{t:?}");

@@ -57,6 +57,8 @@ pub enum Finding {
     BadInode { ino: u64, error: FormatError },
     #[error("directory {dir}: hole at block {lblk}")]
     DirHole { dir: u64, lblk: u64 },
+    #[error("directory {dir}: size {size} past its last block (should be {want})")]
+    DirSize { dir: u64, size: u64, want: u64 },
     #[error("directory {dir}: {error}")]
     BadDirBlock { dir: u64, error: FormatError },
     #[error("directory {dir}: entry {name:?} is a second link to directory {target}")]
@@ -127,6 +129,17 @@ struct Walker<'a> {
     problems: Vec<Finding>,
     writes: BTreeMap<u64, Vec<u8>>,
     repair: bool,
+    /// Inodes whose xattr block does not decode: repair drops it (their
+    /// extended attributes are lost; the block is freed).
+    bad_xattrs: Vec<u64>,
+    /// Data extents (inode, file block, length) outside the data area or
+    /// on blocks another inode owns: repair punches them (holes).
+    bad_extents: Vec<(u64, u64, u64)>,
+    /// Directory blocks (directory, file block) with no usable block
+    /// behind them: repair gives each a new empty block.
+    dir_holes: Vec<(u64, u64)>,
+    /// Directories whose size runs past their last block: repair cuts it.
+    dir_sizes: Vec<(u64, u64)>,
 }
 
 /// An inode with its full extent list and overflow chain.
@@ -180,6 +193,15 @@ impl Walker<'_> {
         self.owned[(blk / 64) as usize] & (1 << (blk % 64)) != 0
     }
 
+    /// Inode `ino` as a repair has rewritten it so far, else as stored.
+    fn inode(&self, ino: u64) -> Result<Option<DiskInode>, FsError> {
+        let b = match self.writes.get(&ino) {
+            Some(b) => b.clone(),
+            None => self.read(ino)?,
+        };
+        Ok(DiskInode::decode(&b, ino).ok())
+    }
+
     /// Load one inode and everything it owns. None: unreadable (a finding).
     fn load(&mut self, ino: u64) -> Result<Option<Loaded>, FsError> {
         if ino < self.sb.data_start || ino >= self.sb.num_blocks {
@@ -218,6 +240,10 @@ pub fn check(store: Arc<dyn Store>, repair: bool) -> Result<Report, FsError> {
         problems: Vec::new(),
         writes: BTreeMap::new(),
         repair,
+        bad_xattrs: Vec::new(),
+        bad_extents: Vec::new(),
+        dir_holes: Vec::new(),
+        dir_sizes: Vec::new(),
     };
     let mut report = Report {
         total_blocks: sb.num_blocks,
@@ -252,17 +278,11 @@ fn special_dirs(w: &mut Walker<'_>, tree: &mut Tree) -> Result<VecDeque<u64>, Fs
         match w.load(special)? {
             Some((d, ext, chain)) => {
                 w.own(special, BlockOwner::Directory);
-                for e in &ext {
-                    for k in 0..u64::from(e.len) {
-                        w.own(e.pblk + k, BlockOwner::Data(special));
-                    }
-                }
+                data_extents(w, special, &ext);
                 for c in chain {
                     w.own(c, BlockOwner::Extents(special));
                 }
-                if d.xattr_blk != 0 {
-                    w.own(d.xattr_blk, BlockOwner::Xattrs(special));
-                }
+                xattrs(w, special, d.xattr_blk)?;
                 tree.seen.insert(
                     special,
                     Seen {
@@ -309,9 +329,28 @@ fn directories(
             ext = e;
         }
         let map = crate::extent::ExtentMap::from_extents(&ext);
-        for lblk in 0..d.size / BLOCK_SIZE as u64 {
-            let Some((pblk, _, _)) = map.lookup(lblk) else {
+        // Blocks past the last extent are not holes but a wrong size.
+        let end = ext.last().map_or(0, |x| x.lblk + u64::from(x.len));
+        let mut blocks = d.size / BLOCK_SIZE as u64;
+        if blocks > end {
+            let want = end * BLOCK_SIZE as u64;
+            w.problems.push(Finding::DirSize {
+                dir,
+                size: d.size,
+                want,
+            });
+            w.dir_sizes.push((dir, want));
+            blocks = end;
+        }
+        for lblk in 0..blocks {
+            let usable = map.lookup(lblk).map(|(pblk, _, _)| pblk).filter(|_| {
+                !w.bad_extents
+                    .iter()
+                    .any(|&(i, l, n)| i == dir && (l..l + n).contains(&lblk))
+            });
+            let Some(pblk) = usable else {
                 w.problems.push(Finding::DirHole { dir, lblk });
+                w.dir_holes.push((dir, lblk));
                 continue;
             };
             let raw = w.read(pblk)?;
@@ -396,20 +435,11 @@ fn inode(
         });
     }
     w.own(e.ino, BlockOwner::Inode(e.ino));
-    for x in &ext {
-        for k in 0..u64::from(x.len) {
-            w.own(x.pblk + k, BlockOwner::Data(e.ino));
-        }
-    }
+    data_extents(w, e.ino, &ext);
     for c in chain {
         w.own(c, BlockOwner::Extents(e.ino));
     }
-    if di.xattr_blk != 0 {
-        w.own(di.xattr_blk, BlockOwner::Xattrs(e.ino));
-        if let Err(error) = decode_xattrs(&w.read(di.xattr_blk)?, di.xattr_blk, e.ino) {
-            w.problems.push(Finding::BadInode { ino: e.ino, error });
-        }
-    }
+    xattrs(w, e.ino, di.xattr_blk)?;
     let is_dir = di.mode & libc::S_IFMT == libc::S_IFDIR;
     if is_dir {
         queue.push_back(e.ino);
@@ -435,6 +465,68 @@ fn inode(
         },
     );
     Ok(true)
+}
+
+/// Claim inode `ino`'s data extents. One outside the data area or on a
+/// block already claimed is a finding (one per extent) and, on repair, is
+/// not claimed at all: the repair punches it, and the blocks stay with
+/// their other owner or are freed.
+fn data_extents(w: &mut Walker<'_>, ino: u64, ext: &[Extent]) {
+    for x in ext {
+        let len = u64::from(x.len);
+        let inside = x.pblk >= w.sb.data_start
+            && x.pblk.checked_add(len).is_some_and(|end| end <= w.sb.num_blocks);
+        let owner = BlockOwner::Data(ino);
+        if !inside {
+            w.problems.push(Finding::OutsideDataArea {
+                owner,
+                block: x.pblk,
+            });
+            w.bad_extents.push((ino, x.lblk, len));
+            continue;
+        }
+        if let Some(taken) = (x.pblk..x.pblk + len).find(|&b| w.is_owned(b)) {
+            w.problems.push(Finding::UsedTwice {
+                owner,
+                block: taken,
+            });
+            w.bad_extents.push((ino, x.lblk, len));
+            if w.repair {
+                continue;
+            }
+        }
+        for b in x.pblk..x.pblk + len {
+            if !w.is_owned(b) {
+                w.own(b, owner);
+            }
+        }
+    }
+}
+
+/// Inode `ino`'s xattr block `blk` (0: none): claimed if it decodes; if not,
+/// a finding, and a repair drops it (the block is left unowned, so the
+/// bitmap rewrite frees it).
+fn xattrs(w: &mut Walker<'_>, ino: u64, blk: u64) -> Result<(), FsError> {
+    if blk == 0 {
+        return Ok(());
+    }
+    if blk < w.sb.data_start || blk >= w.sb.num_blocks {
+        w.own(blk, BlockOwner::Xattrs(ino));
+        w.bad_xattrs.push(ino);
+        return Ok(());
+    }
+    if let Err(error) = decode_xattrs(&w.read(blk)?, blk, ino) {
+        w.problems.push(Finding::BadInode { ino, error });
+        w.bad_xattrs.push(ino);
+        if w.repair {
+            return Ok(());
+        }
+    }
+    if !w.own(blk, BlockOwner::Xattrs(ino)) {
+        // Another inode's block (used twice): not this inode's to keep.
+        w.bad_xattrs.push(ino);
+    }
+    Ok(())
 }
 
 /// Pass 3: link counts (and directories' '..') against the links counted.
@@ -580,16 +672,103 @@ fn write_repairs(
             }
         }
     }
+    // Bad data extents become holes (the extent list and its chain are
+    // rewritten in place: fewer extents never need more chain blocks).
+    let mut punched = std::collections::BTreeSet::new();
+    for &(ino, _, _) in &w.bad_extents {
+        punched.insert(ino);
+    }
+    for &(dir, _) in &w.dir_holes {
+        punched.insert(dir);
+    }
+    // Free blocks for directory holes: neither in use nor marked.
+    let mut cursor = sb.data_start;
+    for ino in punched {
+        if tree.orphans.iter().any(|o| o.0 == ino) || !tree.seen.contains_key(&ino) {
+            continue;
+        }
+        let Some(mut d) = w.inode(ino)? else { continue };
+        let valid = sb.data_start..sb.num_blocks;
+        let (mut map, mut chain) = match crate::chain::load(&d, valid, |blk| w.read(blk)) {
+            Ok(loaded) => loaded,
+            Err(crate::chain::LoadError::Read(e)) => return Err(e),
+            Err(crate::chain::LoadError::Corrupt(_)) => continue,
+        };
+        for &(i, lblk, len) in &w.bad_extents {
+            if i == ino {
+                map.punch(lblk, len);
+            }
+        }
+        let mut filled = Vec::new();
+        for &(dir, lblk) in &w.dir_holes {
+            if dir == ino && map.lookup(lblk).is_none() {
+                while cursor < sb.num_blocks
+                    && (bit_in(&bitmaps[(cursor / BITS_PER_GROUP) as usize], cursor)
+                        || filled.iter().any(|&(_, f)| f == cursor))
+                {
+                    cursor += 1;
+                }
+                if cursor == sb.num_blocks {
+                    break;
+                }
+                map.insert(lblk, cursor, 1, false);
+                filled.push((lblk, cursor));
+                cursor += 1;
+            }
+        }
+        let mut out = BTreeMap::new();
+        // Cannot fail: the list only shrank, so no chain block is needed.
+        if chain.save(&mut d, &mut map, None, &mut out).is_ok() {
+            w.writes.extend(out);
+            for (_, b) in filled {
+                w.writes.insert(b, encode_dir_block(ino, std::iter::empty()));
+                set_bit_in(&mut bitmaps[(b / BITS_PER_GROUP) as usize], b, true);
+            }
+        }
+    }
+    // Inodes to rewrite: counted link count and parent, the xattr block
+    // dropped, a directory's size cut.
+    #[derive(Default)]
+    struct Edit {
+        nlink: Option<u32>,
+        parent: Option<u64>,
+        drop_xattrs: bool,
+        size: Option<u64>,
+    }
+    let mut rewrite: BTreeMap<u64, Edit> = BTreeMap::new();
     for (ino, nlink, parent) in fixes {
+        let r = rewrite.entry(ino).or_default();
+        r.nlink = Some(nlink);
+        r.parent = parent;
+    }
+    for &ino in &w.bad_xattrs {
+        rewrite.entry(ino).or_default().drop_xattrs = true;
+    }
+    for &(ino, size) in &w.dir_sizes {
+        rewrite.entry(ino).or_default().size = Some(size);
+    }
+    for (ino, edit) in rewrite {
+        if tree.orphans.iter().any(|o| o.0 == ino) {
+            continue; // freed above
+        }
         if let Some(s) = tree.seen.get(&ino) {
             let mut d = s.disk.clone();
-            // Re-read so overflow/extent fields are current.
-            if let Some((full, _, _)) = w.load(ino)? {
-                d = full;
+            // The inode as the repairs above left it, else as on the device
+            // (overflow/extent fields current).
+            if let Some(cur) = w.inode(ino)? {
+                d = cur;
             }
-            d.nlink = nlink;
-            if let Some(p) = parent {
+            if let Some(n) = edit.nlink {
+                d.nlink = n;
+            }
+            if let Some(p) = edit.parent {
                 d.parent = p;
+            }
+            if edit.drop_xattrs {
+                d.xattr_blk = 0;
+            }
+            if let Some(size) = edit.size {
+                d.size = size;
             }
             w.writes.insert(ino, d.encode());
         }

@@ -32,6 +32,20 @@ pub struct StackSpec {
     /// journal when it is not serving a mount (a daemon finishing its
     /// unmount); one that serves a mount is refused at once.
     pub lock_wait: Duration,
+    /// Wraps the journaled store before the file system mounts on it. Only
+    /// crash tests set it (a simulated fsync of another thread landing
+    /// between two transactions of one operation); `None` in production.
+    pub store_hook: Option<StoreHook>,
+}
+
+/// See [`StackSpec::store_hook`].
+#[derive(Clone)]
+pub struct StoreHook(pub Arc<dyn Fn(Arc<JournalStore>) -> Arc<dyn Store> + Send + Sync>);
+
+impl std::fmt::Debug for StoreHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreHook")
+    }
 }
 
 impl StackSpec {
@@ -50,6 +64,7 @@ impl StackSpec {
             },
             missing_journal: MissingJournal::DiscardIfRam,
             lock_wait: Duration::from_secs(60),
+            store_hook: None,
         }
     }
 }
@@ -233,7 +248,11 @@ impl Stack {
             journal.geometry().partitions
         );
         let store = Arc::new(JournalStore::new(journal, dev, what));
-        let fs = FileSystem::mount(store.clone()).map_err(|e| fs_err(desc, e))?;
+        let under: Arc<dyn Store> = match &spec.store_hook {
+            Some(hook) => (hook.0)(store.clone()),
+            None => store.clone(),
+        };
+        let fs = FileSystem::mount(under).map_err(|e| fs_err(desc, e))?;
         info.orphans_freed = fs.orphans_freed;
         Ok((Arc::new(fs), store, place, info))
     }
