@@ -276,11 +276,7 @@ impl Model {
             }
             Op::Truncate(p, size) => {
                 let Some(id) = self.file(p) else { return false };
-                self.files
-                    .get_mut(&id)
-                    .unwrap()
-                    .data
-                    .resize(*size as usize);
+                self.files.get_mut(&id).unwrap().data.resize(*size as usize);
             }
             Op::Falloc(p, off, len, keep) => {
                 let Some(id) = self.file(p) else { return false };

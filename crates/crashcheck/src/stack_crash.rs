@@ -513,8 +513,7 @@ fn run_ops(ops: &[Op], opts: Opts) -> CheckResult {
     } = opts;
     let media = Media::new(ftl);
     media.image.set_torn_writes(torn);
-    let m =
-        assembly::mount(&media).map_err(|e| Violation::new(T, format!("fresh stack: {e}")))?;
+    let m = assembly::mount(&media).map_err(|e| Violation::new(T, format!("fresh stack: {e}")))?;
     let mut live = Live {
         m,
         lookups: HashMap::new(),

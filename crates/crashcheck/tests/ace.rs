@@ -88,8 +88,8 @@ fn valid(w: &[Op]) -> bool {
 /// operation from `from` on (the workload's persistence points after its
 /// setup). Returns (runs, crash states).
 fn exhaust(w: &[Op], from: usize, stride: u64, ftl: Variant) -> (u64, u64) {
-    let mut states = run_fixed(w, None, 0, ftl, 4)
-        .unwrap_or_else(|v| panic!("{w:?} without a crash: {v}"));
+    let mut states =
+        run_fixed(w, None, 0, ftl, 4).unwrap_or_else(|v| panic!("{w:?} without a crash: {v}"));
     let mut runs = 1;
     let events = events_per_op(w, ftl).unwrap_or_else(|e| panic!("{w:?}: {e}"));
     for (op, &n) in events.iter().enumerate().skip(from) {
@@ -179,4 +179,3 @@ fn every_two_op_workload_at_every_crash_point() {
         start.elapsed().as_secs_f64()
     );
 }
-

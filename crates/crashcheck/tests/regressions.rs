@@ -77,7 +77,9 @@ fn fsck_repair_drops_a_corrupt_xattr_block() {
     mkfs(&*store(), &MkfsOptions::default()).unwrap();
     let ino = {
         let fs = FileSystem::mount(store()).unwrap();
-        let f = fs.create(fs.root(), b"f", 0o644, Caller::default()).unwrap();
+        let f = fs
+            .create(fs.root(), b"f", 0o644, Caller::default())
+            .unwrap();
         fs.write(f.ino, 0, b"payload").unwrap();
         fs.setxattr(f.ino, b"user.k", b"v", 0).unwrap();
         fs.release(f.ino).unwrap();
@@ -96,7 +98,10 @@ fn fsck_repair_drops_a_corrupt_xattr_block() {
         dev.write(xblk, &x).unwrap();
         let first = fsck::check(store(), true).unwrap();
         assert!(
-            first.problems.iter().any(|p| p.to_string().contains("xattr block")),
+            first
+                .problems
+                .iter()
+                .any(|p| p.to_string().contains("xattr block")),
             "{:?}",
             first.problems
         );

@@ -475,7 +475,9 @@ fn data_extents(w: &mut Walker<'_>, ino: u64, ext: &[Extent]) {
     for x in ext {
         let len = u64::from(x.len);
         let inside = x.pblk >= w.sb.data_start
-            && x.pblk.checked_add(len).is_some_and(|end| end <= w.sb.num_blocks);
+            && x.pblk
+                .checked_add(len)
+                .is_some_and(|end| end <= w.sb.num_blocks);
         let owner = BlockOwner::Data(ino);
         if !inside {
             w.problems.push(Finding::OutsideDataArea {
@@ -721,7 +723,8 @@ fn write_repairs(
         if chain.save(&mut d, &mut map, None, &mut out).is_ok() {
             w.writes.extend(out);
             for (_, b) in filled {
-                w.writes.insert(b, encode_dir_block(ino, std::iter::empty()));
+                w.writes
+                    .insert(b, encode_dir_block(ino, std::iter::empty()));
                 set_bit_in(&mut bitmaps[(b / BITS_PER_GROUP) as usize], b, true);
             }
         }
