@@ -47,32 +47,75 @@ const SHRINK_BYTES: u64 = 64 << 20;
 /// One logged operation on `pages` pages from `lpn`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Logged {
-    Write { lpn: u64, data: Vec<u8> },
-    Zeroes { lpn: u64, pages: u32 },
-    Discard { lpn: u64, pages: u32 },
+    /// Whole pages of data.
+    Write {
+        /// First logical page.
+        lpn: u64,
+        /// The pages' bytes.
+        data: Vec<u8>,
+    },
+    /// Pages that read back as zeroes.
+    Zeroes {
+        /// First logical page.
+        lpn: u64,
+        /// How many.
+        pages: u32,
+    },
+    /// Pages whose contents the host no longer needs.
+    Discard {
+        /// First logical page.
+        lpn: u64,
+        /// How many.
+        pages: u32,
+    },
 }
 
 /// A record to append (a write's data borrowed from its IO buffer).
 #[derive(Clone, Copy, Debug)]
 pub enum Record<'a> {
-    Write { lpn: u64, data: &'a [u8] },
-    Zeroes { lpn: u64, pages: u32 },
-    Discard { lpn: u64, pages: u32 },
+    /// Whole pages of data.
+    Write {
+        /// First logical page.
+        lpn: u64,
+        /// The pages' bytes.
+        data: &'a [u8],
+    },
+    /// Pages that read back as zeroes.
+    Zeroes {
+        /// First logical page.
+        lpn: u64,
+        /// How many.
+        pages: u32,
+    },
+    /// Pages whose contents the host no longer needs.
+    Discard {
+        /// First logical page.
+        lpn: u64,
+        /// How many.
+        pages: u32,
+    },
 }
 
 /// What can go wrong with the log.
 #[derive(Debug, thiserror::Error)]
 pub enum AckLogError {
+    /// Reading or writing the log file failed.
     #[error("acknowledged-write log {path}: {source}")]
     Io {
+        /// The log file.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The log belongs to a device of another page size.
     #[error("acknowledged-write log {path} was written for {found}-byte pages, the device has {expected}-byte pages")]
     PageSize {
+        /// The log file.
         path: PathBuf,
+        /// The log's page size, bytes.
         found: u32,
+        /// The device's page size, bytes.
         expected: u32,
     },
 }

@@ -46,6 +46,7 @@ impl IoBufPtr {
         IoBufPtr { ptr, len }
     }
 
+    /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -55,6 +56,7 @@ impl IoBufPtr {
         self.ptr
     }
 
+    /// No buffer (length 0 or a null pointer).
     pub fn is_empty(&self) -> bool {
         self.len == 0 || self.ptr.is_null()
     }
@@ -77,9 +79,13 @@ impl IoBufPtr {
 /// A request on its way to the device.
 #[derive(Clone, Copy, Debug)]
 pub struct Pending {
+    /// The ublk queue it arrived on.
     pub queue: u16,
+    /// Its tag in that queue.
     pub tag: u16,
+    /// What the kernel asked for.
     pub cmd: IoCmd,
+    /// The request's data buffer.
     pub buf: IoBufPtr,
     /// When the queue received it (engine clock, ns).
     pub arrived_ns: u64,
@@ -88,8 +94,11 @@ pub struct Pending {
 /// A request the device has finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Finished {
+    /// The ublk queue it arrived on.
     pub queue: u16,
+    /// Its tag in that queue.
     pub tag: u16,
+    /// What it was.
     pub op: IoOp,
     /// Bytes moved (READ/WRITE), 0 for other successes, or `-errno`.
     pub result: i32,
@@ -135,6 +144,7 @@ pub struct DirectBackend<D: BlockDevice> {
 }
 
 impl<D: BlockDevice> DirectBackend<D> {
+    /// A backend serving `dev`, ordering requests by `sched`.
     pub fn new(dev: D, sched: SchedKind) -> Self {
         DirectBackend {
             dev,
@@ -143,6 +153,7 @@ impl<D: BlockDevice> DirectBackend<D> {
         }
     }
 
+    /// The device it serves.
     pub fn device(&self) -> &D {
         &self.dev
     }

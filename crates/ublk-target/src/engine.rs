@@ -35,15 +35,18 @@ pub enum Clock {
 }
 
 impl Clock {
+    /// The wall clock, starting now.
     pub fn wall() -> Self {
         Clock::Wall(Instant::now())
     }
 
+    /// A clock at 0 that moves only when the returned counter (ns) is set.
     pub fn manual() -> (Self, Arc<AtomicU64>) {
         let t = Arc::new(AtomicU64::new(0));
         (Clock::Manual(t.clone()), t)
     }
 
+    /// Nanoseconds since the clock's start.
     pub fn now_ns(&self) -> u64 {
         match self {
             Clock::Wall(start) => start.elapsed().as_nanos() as u64,
@@ -54,6 +57,7 @@ impl Clock {
 
 /// Wakes a queue thread that sleeps waiting for completions.
 pub trait Waker: Send + Sync {
+    /// Wake the queue thread (it may not be asleep).
     fn wake(&self);
 }
 
@@ -100,14 +104,17 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// How the request path behaves.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
 
+    /// The device's size and block size.
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
     }
 
+    /// The engine's clock.
     pub fn clock(&self) -> &Clock {
         &self.clock
     }
@@ -133,6 +140,7 @@ impl Shared {
         self.unpark_worker();
     }
 
+    /// Whether `stop` was called.
     pub fn is_stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -315,7 +323,9 @@ impl Engine {
 /// One request as the queue hands it in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Incoming {
+    /// Its tag in the queue.
     pub tag: u16,
+    /// The kernel's descriptor of it.
     pub desc: RawDesc,
 }
 
@@ -334,6 +344,7 @@ pub struct QueueSide {
 }
 
 impl QueueSide {
+    /// Queue `qid`'s side of the engine `shared`.
     pub fn new(shared: Arc<Shared>, qid: u16) -> Self {
         let depth = shared.config.depth.max(1) as usize;
         QueueSide {
@@ -347,10 +358,12 @@ impl QueueSide {
         }
     }
 
+    /// The queue's id.
     pub fn qid(&self) -> u16 {
         self.qid
     }
 
+    /// The engine's shared state.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }

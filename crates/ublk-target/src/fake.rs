@@ -17,12 +17,21 @@ use std::time::{Duration, Instant};
 /// What the fake refuses.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FakeError {
+    /// The tag is not below the queue depth.
     #[error("tag {0} is beyond the queue depth")]
     NoSuchTag(u16),
+    /// The tag already holds a request.
     #[error("tag {0} is in flight")]
     Busy(u16),
     #[error("{len} bytes do not fit the {max}-byte tag buffer")]
-    TooLong { len: usize, max: usize },
+    /// The data does not fit the tag's buffer.
+    TooLong {
+        /// Bytes offered.
+        len: usize,
+        /// Bytes of the buffer.
+        max: usize,
+    },
+    /// The queue was closed.
     #[error("the queue is closed")]
     Closed,
 }

@@ -85,13 +85,18 @@ const INTERNAL_FLUSH: u64 = u64::MAX - 1;
 /// Why an [`FtlBackend`] could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// The emulated SSD could not be opened or recovered.
     #[error(transparent)]
     Ftl(#[from] ptsd_ftl::FtlError),
+    /// The acknowledged-write log could not be opened.
     #[error(transparent)]
     Log(#[from] AckLogError),
+    /// Replaying the acknowledged-write log into the SSD failed.
     #[error("replaying {path}: {what}")]
     Replay {
+        /// The log file.
         path: std::path::PathBuf,
+        /// What went wrong.
         what: String,
     },
 }

@@ -45,6 +45,7 @@ pub struct Handoff<T> {
 }
 
 impl<T> Handoff<T> {
+    /// An empty queue locked as `mode` says.
     pub fn new(mode: LockMode) -> Self {
         Handoff {
             mode,
@@ -55,6 +56,7 @@ impl<T> Handoff<T> {
         }
     }
 
+    /// How it is locked.
     pub fn mode(&self) -> LockMode {
         self.mode
     }
@@ -132,6 +134,7 @@ impl<T> Handoff<T> {
         self.len.load(Ordering::SeqCst)
     }
 
+    /// Nothing queued now (a snapshot).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

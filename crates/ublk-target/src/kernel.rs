@@ -29,30 +29,59 @@ pub const RUN_DIR: &str = "/run/ptsd-ublk";
 /// What can go wrong talking to the kernel.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
+    /// The kernel has no ublk driver (no /dev/ublk-control).
     #[error("this kernel has no ublk driver ({CONTROL_PATH} is missing): modprobe ublk_drv, or build with CONFIG_BLK_DEV_UBLK")]
     NoDriver,
+    /// A ublk control or queue command failed.
     #[error("ublk device {id}: {what}: {err}")]
     Ublk {
+        /// The device.
         id: i32,
+        /// The command.
         what: &'static str,
+        /// libublk's error with its Debug form, which keeps the errno its Display drops.
         err: String,
     },
+    /// A device id below -1.
     #[error("invalid device id {0}")]
     BadId(i32),
+    /// No ublk device has this id.
     #[error("no such ublk device {0} (`ptsd ublk list` shows the devices)")]
     NoSuchDevice(i32),
+    /// Recovery asked for a device whose daemon is alive.
     #[error("device {id} is live (served by pid {pid}): only a device whose daemon died can be recovered")]
-    Live { id: i32, pid: i32 },
+    Live {
+        /// The device.
+        id: i32,
+        /// Its daemon.
+        pid: i32,
+    },
+    /// Recovery asked for a device that is not quiesced.
     #[error("device {id} is {state}, not quiesced: nothing to recover (delete it with `ptsd ublk del {id}`)")]
-    NotQuiesced { id: i32, state: String },
+    NotQuiesced {
+        /// The device.
+        id: i32,
+        /// Its state ("live", "dead"...).
+        state: String,
+    },
+    /// The device was created without user recovery.
     #[error("device {0} was created without UBLK_F_USER_RECOVERY: it cannot be recovered")]
     NoRecoveryFlag(i32),
+    /// The device's data lived in the dead daemon's memory.
     #[error("device {id} keeps its data in the daemon's memory ({what}): the data died with the daemon, nothing to recover; delete it with `ptsd ublk del {id}`")]
-    RamBacked { id: i32, what: &'static str },
+    RamBacked {
+        /// The device.
+        id: i32,
+        /// What kind of RAM device.
+        what: &'static str,
+    },
+    /// The device carries no ptsd description (not made by `ptsd ublk add`).
     #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
     NoSpec(i32),
+    /// The device's backend could not be built.
     #[error("backend: {0}")]
     Backend(#[from] crate::spec::SpecError),
+    /// A file operation failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -189,17 +218,24 @@ pub const MAX_DEPTH: u16 = libublk::sys::UBLK_MAX_QUEUE_DEPTH as u16;
 pub struct DeviceOptions {
     /// Device id, or -1 to let the driver pick.
     pub id: i32,
+    /// Hardware queues (one thread each).
     pub queues: u16,
+    /// Requests in flight per queue.
     pub depth: u16,
+    /// Largest request, bytes.
     pub io_buf_bytes: u32,
+    /// The request path to build.
     pub spec: DeviceSpec,
 }
 
 /// What the caller learns once the device is live.
 #[derive(Clone, Debug)]
 pub struct Started {
+    /// The device's id.
     pub id: i32,
+    /// Its block device node (`/dev/ublkbN`).
     pub bdev: String,
+    /// Whether it was created with user recovery.
     pub recovery: bool,
 }
 
@@ -546,12 +582,19 @@ pub fn stored_spec(id: i32) -> Result<(DeviceSpec, UblkCtrl), KernelError> {
 /// One device as `ptsd ublk list` shows it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct DeviceSummary {
+    /// The device's id.
     pub id: i32,
+    /// Its state ("live", "quiesced", "dead"...).
     pub state: String,
+    /// Capacity.
     pub bytes: u64,
+    /// Hardware queues.
     pub queues: u16,
+    /// Requests in flight per queue.
     pub depth: u16,
+    /// The serving daemon's pid as the driver last recorded it.
     pub daemon_pid: i32,
+    /// Its ptsd description, when it has one.
     pub spec: Option<DeviceSpec>,
 }
 

@@ -42,6 +42,7 @@
 //! serve_once(&mut queue, &mut side, &mut scratch).unwrap(); // engine → queue
 //! assert_eq!(handle.take_completions(), vec![(0, 4096)]);
 //! ```
+#![warn(missing_docs)]
 
 pub mod acklog;
 pub mod backend;

@@ -34,21 +34,42 @@ use thiserror::Error;
 /// Why an export or unexport failed.
 #[derive(Debug, Error)]
 pub enum NvmetError {
+    /// The address is not ADDR:PORT.
     #[error("{0:?} is not ADDR:PORT (e.g. 127.0.0.1:4420 or [::1]:4420)")]
     BadAddress(String),
+    /// The path is not a block device.
     #[error("{0} is not a block device")]
     NotABlockDevice(PathBuf),
+    /// The kernel's NVMe target (configfs, nvmet, nvmet-tcp) is missing.
     #[error(
         "the kernel's NVMe target is not available: {why} (it needs the modules configfs, nvmet and nvmet-tcp: `modprobe nvmet-tcp`, as root)"
     )]
-    Unavailable { why: String },
+    Unavailable {
+        /// What is missing.
+        why: String,
+    },
     #[error("{name} is already exported as {nqn}")]
-    AlreadyExported { name: String, nqn: String },
+    /// The device is already exported.
+    AlreadyExported {
+        /// The device's name.
+        name: String,
+        /// Its NQN.
+        nqn: String,
+    },
     #[error("{name} is not exported (no subsystem {nqn})")]
-    NotExported { name: String, nqn: String },
+    /// The device has no export to remove.
+    NotExported {
+        /// The device's name.
+        name: String,
+        /// The NQN it would have.
+        nqn: String,
+    },
+    /// A configfs operation failed.
     #[error("configfs {path}: {source}")]
     Configfs {
+        /// The configfs path.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -151,9 +172,13 @@ pub fn nqn_for(name: &str) -> String {
 /// A live export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Export {
+    /// The subsystem's NQN (what initiators connect to).
     pub nqn: String,
+    /// The nvmet port's id.
     pub port_id: u32,
+    /// The TCP address it listens on.
     pub addr: TcpAddr,
+    /// The exported block device.
     pub device: PathBuf,
 }
 

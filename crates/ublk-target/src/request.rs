@@ -10,11 +10,17 @@ use thiserror::Error;
 
 /// ublk operation codes (`UBLK_IO_OP_*` in `linux/ublk_cmd.h`).
 pub mod op {
+    /// Read sectors.
     pub const READ: u8 = 0;
+    /// Write sectors.
     pub const WRITE: u8 = 1;
+    /// Make completed writes durable.
     pub const FLUSH: u8 = 2;
+    /// The host no longer needs these sectors.
     pub const DISCARD: u8 = 3;
+    /// Write one block's pattern over a range (unsupported).
     pub const WRITE_SAME: u8 = 4;
+    /// The sectors read back as zeroes.
     pub const WRITE_ZEROES: u8 = 5;
 }
 
@@ -51,10 +57,15 @@ impl RawDesc {
 /// What a decoded request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum IoOp {
+    /// Read blocks into the request's buffer.
     Read,
+    /// Write blocks from the request's buffer.
     Write,
+    /// Make completed writes durable.
     Flush,
+    /// Drop blocks the host no longer needs.
     Discard,
+    /// Make blocks read back as zeroes.
     WriteZeroes,
 }
 
@@ -93,6 +104,7 @@ impl IoOp {
 /// A checked request in device blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IoCmd {
+    /// What to do.
     pub op: IoOp,
     /// First device block (0 for FLUSH).
     pub block: u64,
@@ -124,32 +136,55 @@ pub struct Geometry {
 /// Why a request cannot be served. Each maps to the errno the kernel gets.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum RequestError {
+    /// An operation code ptsd does not serve (EOPNOTSUPP).
     #[error("unsupported ublk operation {0}")]
     UnsupportedOp(u8),
+    /// A read, write, discard or write-zeroes of no sectors (EINVAL).
     #[error("empty {0:?} request")]
     Empty(IoOp),
+    /// The request is not whole device blocks (EINVAL).
     #[error(
         "{op:?} at sector {sector} (+{sectors}) is not aligned to the {block_size}-byte block"
     )]
     Misaligned {
+        /// The operation.
         op: IoOp,
+        /// First sector.
         sector: u64,
+        /// Sectors.
         sectors: u32,
+        /// The device's block size, bytes.
         block_size: u32,
     },
+    /// The request reaches past the end of the device (EIO, as the kernel's
+    /// block layer reports it).
     #[error(
         "{op:?} of blocks {block}..+{blocks} is past the end of the {num_blocks}-block device"
     )]
     OutOfRange {
+        /// The operation.
         op: IoOp,
+        /// First block.
         block: u64,
+        /// Blocks.
         blocks: u64,
+        /// Blocks on the device.
         num_blocks: u64,
     },
+    /// The request is larger than its I/O buffer (EINVAL).
     #[error("{op:?} of {bytes} bytes exceeds the {max} byte I/O buffer")]
-    TooLarge { op: IoOp, bytes: u64, max: u32 },
+    TooLarge {
+        /// The operation.
+        op: IoOp,
+        /// Bytes asked for.
+        bytes: u64,
+        /// Bytes of the buffer.
+        max: u32,
+    },
+    /// The device failed the request (EIO).
     #[error("device error: {0}")]
     Device(String),
+    /// The target is stopping (EIO).
     #[error("the target is shutting down")]
     ShuttingDown,
 }

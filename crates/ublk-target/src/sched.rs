@@ -49,6 +49,7 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
+    /// An empty scheduler of kind `kind`.
     pub fn new(kind: SchedKind) -> Self {
         Scheduler {
             kind,
@@ -57,18 +58,22 @@ impl Scheduler {
         }
     }
 
+    /// Its kind.
     pub fn kind(&self) -> SchedKind {
         self.kind
     }
 
+    /// Queue a request.
     pub fn push(&mut self, p: Pending) {
         self.queue.push(p);
     }
 
+    /// Requests queued.
     pub fn len(&self) -> usize {
         self.queue.len()
     }
 
+    /// No request queued.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }

@@ -18,15 +18,29 @@ use std::path::PathBuf;
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum BackendSpec {
     /// A RAM disk of `bytes` (lost when the daemon exits).
-    Mem { bytes: u64, block_size: u32 },
+    Mem {
+        /// Capacity.
+        bytes: u64,
+        /// Bytes per block.
+        block_size: u32,
+    },
     /// A plain file or block device, loop-style.
-    Backing { path: PathBuf, block_size: u32 },
+    Backing {
+        /// The file or device.
+        path: PathBuf,
+        /// Bytes per block.
+        block_size: u32,
+    },
     /// The emulated SSD with `scheme` (`page`, `dftl`, `ptsd`) and
     /// `bytes` of logical space.
     Ftl {
+        /// The mapping scheme.
         scheme: FtlScheme,
+        /// Logical capacity.
         bytes: u64,
+        /// Where the SSD's persistent state lives.
         store: FtlStore,
+        /// Whether NAND latencies are emulated.
         timing: Timing,
     },
 }
@@ -83,25 +97,42 @@ impl FtlStore {
 /// Everything needed to (re)build a device's request path.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceSpec {
+    /// The device's contents.
     pub backend: BackendSpec,
     /// Request order; `None` = the backend's default (the FTL variant's own
     /// scheduler, read priority for plain devices).
     pub sched: Option<SchedKind>,
+    /// How the hand-off queues between queue threads and the engine are locked.
     pub lock_mode: LockMode,
+    /// Queue threads busy-poll for completions instead of sleeping.
     pub poll: bool,
 }
 
 /// Why a backend could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
+    /// The size is not a non-zero multiple of the block size.
     #[error("device of {bytes} bytes is not a non-zero multiple of the {block_size}-byte block")]
-    BadSize { bytes: u64, block_size: u32 },
+    BadSize {
+        /// The size asked for.
+        bytes: u64,
+        /// Bytes per block.
+        block_size: u32,
+    },
+    /// The backing file or device could not be opened.
     #[error("backing store {path}: {source}")]
-    Backing { path: PathBuf, source: BlockError },
+    Backing {
+        /// The file or device.
+        path: PathBuf,
+        /// Why.
+        source: BlockError,
+    },
+    /// The RAM disk could not be created.
     #[error("memory device: {0}")]
-    Mem(BlockError),
+    Mem(#[source] BlockError),
+    /// The emulated SSD could not be opened.
     #[error("emulated SSD: {0}")]
-    Ftl(String),
+    Ftl(#[source] crate::ftl::OpenError),
 }
 
 impl DeviceSpec {
@@ -168,8 +199,7 @@ impl DeviceSpec {
                         SchedKind::ReadPriority => SchedulerKind::ReadPriority,
                     };
                 }
-                let backend =
-                    FtlBackend::new(cfg, *timing).map_err(|e| SpecError::Ftl(e.to_string()))?;
+                let backend = FtlBackend::new(cfg, *timing).map_err(SpecError::Ftl)?;
                 Ok(Box::new(backend))
             }
         }

@@ -52,6 +52,7 @@ impl Default for OpStats {
 }
 
 impl OpStats {
+    /// Empty histograms.
     pub fn new() -> Self {
         OpStats {
             hist: std::array::from_fn(|_| new_hist()),
@@ -112,18 +113,27 @@ impl OpStats {
 /// Latency summary of one operation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpSummary {
+    /// Requests completed.
     pub count: u64,
+    /// Of which failed.
     pub errors: u64,
+    /// Mean latency, ns.
     pub mean_ns: u64,
+    /// Median latency, ns.
     pub p50_ns: u64,
+    /// 90th percentile, ns.
     pub p90_ns: u64,
+    /// 99th percentile, ns.
     pub p99_ns: u64,
+    /// 99.9th percentile, ns.
     pub p999_ns: u64,
+    /// Largest latency, ns.
     pub max_ns: u64,
 }
 
 /// What `ptsd ublk stats N` prints: a summary per operation name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsReport {
+    /// The summary of each operation ("read", "write", "flush"...).
     pub ops: BTreeMap<String, OpSummary>,
 }
