@@ -5,9 +5,11 @@
 //! batch with a [`Scheduler`]. The emulated SSD has its own backend
 //! (`crate::ftl`) that releases completions at the time the NAND model says.
 
-use crate::request::{IoCmd, IoOp, RequestError};
+use crate::request::{IoCmd, IoOp};
 use crate::sched::{SchedKind, Scheduler};
-use ptsd_blockdev::BlockDevice;
+use ptsd_blockdev::{BlockDevice, BlockError};
+use std::path::PathBuf;
+use thiserror::Error;
 
 /// A tag's data buffer: memory the kernel (or a fake queue) lent us for one
 /// request.
@@ -122,8 +124,45 @@ pub trait Backend: Send {
     /// Requests accepted but not yet moved to `done`.
     fn in_flight(&self) -> usize;
     /// Called once when the target stops: flush what the device buffers.
-    fn shutdown(&mut self) -> Result<(), RequestError> {
+    fn shutdown(&mut self) -> Result<(), ShutdownError> {
         Ok(())
+    }
+}
+
+/// Why a backend could not stop cleanly: what it buffers may not be
+/// durable.
+#[derive(Debug, Error)]
+pub enum ShutdownError {
+    /// The device's final flush failed.
+    #[error("flushing the device")]
+    Flush(#[source] BlockError),
+    /// The emulated SSD refused its final flush.
+    #[error("the SSD refused the final flush")]
+    Refused(#[source] ptsd_ftl::RequestError),
+    /// The emulated SSD stopped with a fault.
+    #[error("the SSD failed")]
+    Fault(#[source] ptsd_ftl::DeviceFault),
+    /// Checkpointing the SSD's image failed.
+    #[error("checkpointing the SSD image")]
+    Checkpoint(#[source] ptsd_ftl::FtlError),
+    /// Emptying the acknowledged-write log failed.
+    #[error("rewinding the acknowledged-write log {}", path.display())]
+    Log {
+        /// The log file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The errno a failed device request completes with: ENOSPC when the
+/// device is out of space (an `io::Error` of kind `StorageFull`, as
+/// `SsdDevice` reports an out-of-space FTL), EIO otherwise.
+pub fn block_errno(e: &BlockError) -> i32 {
+    match e {
+        BlockError::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => -libc::ENOSPC,
+        _ => -libc::EIO,
     }
 }
 
@@ -184,7 +223,7 @@ impl<D: BlockDevice> DirectBackend<D> {
             Ok(()) => 0,
             Err(e) => {
                 tracing::warn!(error = %e, cmd = ?p.cmd, "device request failed");
-                -libc::EIO
+                block_errno(&e)
             }
         }
     }
@@ -221,9 +260,7 @@ impl<D: BlockDevice> Backend for DirectBackend<D> {
     fn in_flight(&self) -> usize {
         self.sched.len()
     }
-    fn shutdown(&mut self) -> Result<(), RequestError> {
-        self.dev
-            .flush()
-            .map_err(|e| RequestError::Device(e.to_string()))
+    fn shutdown(&mut self) -> Result<(), ShutdownError> {
+        self.dev.flush().map_err(ShutdownError::Flush)
     }
 }

@@ -381,9 +381,10 @@ impl QueueSide {
         let clock = &self.shared.clock;
         let now = *self.batch_now.get_or_insert_with(|| clock.now_ns());
         let checked = if (tag as usize) >= self.arrivals.len() {
-            Err(RequestError::Device(format!(
-                "tag {tag} beyond queue depth"
-            )))
+            Err(RequestError::BadTag {
+                tag,
+                depth: self.arrivals.len(),
+            })
         } else if self.shared.is_stopping() {
             Err(RequestError::ShuttingDown)
         } else {

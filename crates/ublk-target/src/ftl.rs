@@ -8,9 +8,9 @@
 //! every request completes as soon as it is served.
 
 use crate::acklog::{AckLog, AckLogError, Logged, Record};
-use crate::backend::{Backend, Finished, Pending};
-use crate::request::{IoOp, RequestError};
-use ptsd_ftl::{DataIo, Done, FtlConfig, Op, Payload, Request, Ssd};
+use crate::backend::{Backend, Finished, Pending, ShutdownError};
+use crate::request::IoOp;
+use ptsd_ftl::{DataIo, DeviceFault, Done, FtlConfig, FtlError, Op, Payload, Request, Ssd};
 use std::collections::VecDeque;
 
 /// Whether completions wait for the modelled NAND time.
@@ -235,6 +235,12 @@ impl FtlBackend {
         &self.ssd
     }
 
+    /// Stop the SSD as if serving a request had failed with `e` (fault
+    /// injection for tests: a real out-of-space is rare by configuration).
+    pub fn inject_fault(&mut self, e: FtlError) {
+        self.ssd.inject_fault(e);
+    }
+
     fn finish(&mut self, d: Done, now_ns: u64, out: &mut Vec<Finished>) {
         let id = d.completion.id;
         if id == INTERNAL_FLUSH {
@@ -255,10 +261,13 @@ impl FtlBackend {
         self.inflight_count -= 1;
         let bytes = p.cmd.blocks as usize * self.page as usize;
         let result = if d.failed {
-            if let Some(e) = &d.error {
-                tracing::warn!(error = %e, cmd = ?p.cmd, "SSD failed a request");
+            match &d.error {
+                Some(e) => {
+                    tracing::warn!(error = %e, cmd = ?p.cmd, "SSD failed a request");
+                    request_errno(p.cmd.op, e)
+                }
+                None => fault_errno(p.cmd.op, self.ssd.fault()),
             }
-            -libc::EIO
         } else if p.cmd.op.has_data() {
             bytes as i32
         } else {
@@ -479,7 +488,8 @@ impl Backend for FtlBackend {
                 if p.cmd.op == IoOp::Flush {
                     self.flush_marks.retain(|&(f, _)| f != req.id);
                 }
-                self.refused.push(refuse(&p, -libc::EIO, now_ns));
+                let errno = request_errno(p.cmd.op, &e);
+                self.refused.push(refuse(&p, errno, now_ns));
             }
         }
         self.maybe_drain(t);
@@ -531,7 +541,7 @@ impl Backend for FtlBackend {
             + usize::from(self.draining.is_some())
     }
 
-    fn shutdown(&mut self) -> Result<(), RequestError> {
+    fn shutdown(&mut self) -> Result<(), ShutdownError> {
         let req = Request {
             id: u64::MAX,
             op: Op::Flush,
@@ -541,23 +551,22 @@ impl Backend for FtlBackend {
         let t = self.vnow.max(self.ssd.idle_at());
         self.ssd
             .submit(t, req, Payload::None)
-            .map_err(|e| RequestError::Device(e.to_string()))?;
+            .map_err(ShutdownError::Refused)?;
         let mut done = Vec::new();
         while let Some(t) = self.ssd.next_event() {
             self.ssd.advance(t, &mut done);
         }
         if let Some(f) = self.ssd.fault() {
-            return Err(RequestError::Device(f.to_string()));
+            return Err(ShutdownError::Fault(f.clone()));
         }
         // Checkpoint a persistent image so the next open is quick.
-        self.ssd
-            .shutdown()
-            .map_err(|e| RequestError::Device(e.to_string()))?;
+        self.ssd.shutdown().map_err(ShutdownError::Checkpoint)?;
         // Everything is durable: nothing to replay.
         match &mut self.log {
-            Some(log) => log
-                .rewind()
-                .map_err(|e| RequestError::Device(format!("{}: {e}", log.path().display()))),
+            Some(log) => log.rewind().map_err(|source| ShutdownError::Log {
+                path: log.path().to_owned(),
+                source,
+            }),
             None => Ok(()),
         }
     }
@@ -570,5 +579,25 @@ fn refuse(p: &Pending, result: i32, now_ns: u64) -> Finished {
         op: p.cmd.op,
         result,
         done_ns: now_ns,
+    }
+}
+
+/// The errno of a request the stopped SSD failed: ENOSPC for a write,
+/// flush, discard or write-zeroes once the FTL ran out of space (what the
+/// file system above then tells its caller), EIO for a read or any other
+/// fault.
+fn fault_errno(op: IoOp, fault: Option<&DeviceFault>) -> i32 {
+    if op != IoOp::Read && fault.is_some_and(DeviceFault::is_no_space) {
+        -libc::ENOSPC
+    } else {
+        -libc::EIO
+    }
+}
+
+/// The errno of a request the SSD refused or failed by itself.
+fn request_errno(op: IoOp, e: &ptsd_ftl::RequestError) -> i32 {
+    match e {
+        ptsd_ftl::RequestError::Failed(f) => fault_errno(op, Some(f)),
+        _ => -libc::EIO,
     }
 }

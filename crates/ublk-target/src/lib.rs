@@ -55,7 +55,7 @@ pub mod request;
 pub mod sched;
 pub mod stats;
 
-pub use backend::{Backend, DirectBackend};
+pub use backend::{Backend, DirectBackend, ShutdownError};
 pub use engine::{serve, Clock, Engine, EngineConfig, QueueIo, QueueSide, Shared};
 pub use handoff::LockMode;
 pub use sched::SchedKind;

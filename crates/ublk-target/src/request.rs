@@ -181,9 +181,15 @@ pub enum RequestError {
         /// Bytes of the buffer.
         max: u32,
     },
-    /// The device failed the request (EIO).
-    #[error("device error: {0}")]
-    Device(String),
+    /// A tag the queue does not have (EIO): the kernel (or a fake queue)
+    /// broke the protocol.
+    #[error("tag {tag} is beyond the queue depth {depth}")]
+    BadTag {
+        /// The tag.
+        tag: u16,
+        /// Tags in the queue.
+        depth: usize,
+    },
     /// The target is stopping (EIO).
     #[error("the target is shutting down")]
     ShuttingDown,
@@ -197,7 +203,7 @@ impl RequestError {
             RequestError::Empty(_)
             | RequestError::Misaligned { .. }
             | RequestError::TooLarge { .. } => -libc::EINVAL,
-            RequestError::OutOfRange { .. } | RequestError::Device(_) => -libc::EIO,
+            RequestError::OutOfRange { .. } | RequestError::BadTag { .. } => -libc::EIO,
             RequestError::ShuttingDown => -libc::EIO,
         }
     }

@@ -1,9 +1,12 @@
 //! The emulated SSD behind the fake queue: data, flush/discard/zeroes, and
 //! completions released at the modelled time.
 
+use ptsd_blockdev::BlockError;
+use ptsd_ftl::{FtlConfig, FtlError, StoreKind, Variant};
+use ptsd_ublk::backend::{block_errno, Backend};
 use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig, Incoming, QueueSide};
 use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
-use ptsd_ublk::ftl::Timing;
+use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
 use ptsd_ublk::{LockMode, SchedKind};
@@ -43,6 +46,10 @@ fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedKind>) -> Rig {
             (c, Some(t))
         }
     };
+    rig_for(backend, clock, handle_t)
+}
+
+fn rig_for(backend: Box<dyn Backend>, clock: Clock, handle_t: Option<Arc<AtomicU64>>) -> Rig {
     let config = EngineConfig {
         queues: 1,
         depth: DEPTH,
@@ -82,6 +89,52 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29) ^ seed)
         .collect()
+}
+
+/// An FTL that ran out of flash space fails what would need space with
+/// ENOSPC (so a file system above reports "No space left on device"), and a
+/// read, or any other fault, with EIO.
+#[test]
+fn an_out_of_space_ftl_answers_enospc_and_other_faults_eio() {
+    for (fault, want_write) in [
+        (FtlError::NoSpace, -libc::ENOSPC),
+        (FtlError::Busy(1), -libc::EIO),
+    ] {
+        let mut cfg = FtlConfig::paper(Variant::Page, 32 << 20);
+        cfg.store = StoreKind::Memory;
+        let mut backend = FtlBackend::new(cfg, Timing::Off).unwrap();
+        backend.inject_fault(fault);
+        let mut r = rig_for(Box::new(backend), Clock::wall(), None);
+        let data = pattern(7, BS);
+        let write = r.one(0, RawDesc::new(op::WRITE, 9 * SPB, 8), Some(&data));
+        assert_eq!(write, want_write, "write");
+        for (what, desc) in [
+            ("flush", RawDesc::new(op::FLUSH, u64::MAX, 0)),
+            ("discard", RawDesc::new(op::DISCARD, 8 * SPB, 8)),
+            ("write-zeroes", RawDesc::new(op::WRITE_ZEROES, 8 * SPB, 8)),
+        ] {
+            assert_eq!(r.one(1, desc, None), want_write, "{what}");
+        }
+        assert_eq!(
+            r.one(2, RawDesc::new(op::READ, 8 * SPB, 8), None),
+            -libc::EIO,
+            "read"
+        );
+    }
+}
+
+/// The direct backend maps a device's out-of-space (`StorageFull`, as
+/// `SsdDevice` reports an out-of-space FTL) to ENOSPC, anything else to EIO.
+#[test]
+fn a_full_block_device_answers_enospc() {
+    let full = BlockError::Io(std::io::Error::new(
+        std::io::ErrorKind::StorageFull,
+        "no space",
+    ));
+    assert_eq!(block_errno(&full), -libc::ENOSPC);
+    let other = BlockError::Io(std::io::Error::other("media error"));
+    assert_eq!(block_errno(&other), -libc::EIO);
+    assert_eq!(block_errno(&BlockError::Offline), -libc::EIO);
 }
 
 #[test]
