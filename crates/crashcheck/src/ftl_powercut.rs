@@ -88,12 +88,6 @@ fn read_page(ssd: &mut Ssd, now: &mut u64, lpn: u64) -> Option<Vec<u8>> {
     }
 }
 
-/// The mapping scheme an input picks (0 page, 1 DFTL, 2 PTSD with a
-/// page-granular dirty region, 3 PTSD entry-granular).
-pub fn scheme_of(data: &[u8]) -> u32 {
-    Input::new(data).below(4)
-}
-
 /// Run one input; see the module doc.
 pub fn run(data: &[u8]) -> CheckResult {
     let mut inp = Input::new(data);

@@ -18,28 +18,15 @@ fn journal_crash_seeds() {
 
 #[test]
 fn ftl_powercut_seeds() {
-    // Inputs picking the PTSD schemes (dirty mapping cache, page- or
-    // entry-granular) run in `ftl_powercut_ptsd_seeds` (ignored: it finds a
-    // known power-cut bug, see the crate README).
-    let t = run_seeds("ftl_powercut", "ftl_powercut_seeds", seeds(6_000), |d| {
-        if ftl_powercut::scheme_of(d) >= 2 {
-            Ok(0)
-        } else {
-            ftl_powercut::run(d)
-        }
-    });
-    assert!(t.states >= t.runs / 2, "{t:?}");
-}
-
-#[test]
-#[ignore = "finds a known FTL power-cut bug (PTSD schemes, dirty mapping cache)"]
-fn ftl_powercut_ptsd_seeds() {
-    run_seeds(
-        "ftl_powercut (all schemes)",
-        "ftl_powercut_ptsd_seeds",
-        seeds(400),
+    // Every scheme: page, DFTL, and PTSD with page- and entry-granular
+    // dirty state.
+    let t = run_seeds(
+        "ftl_powercut",
+        "ftl_powercut_seeds",
+        seeds(6_000),
         ftl_powercut::run,
     );
+    assert!(t.states >= t.runs, "{t:?}");
 }
 
 #[test]

@@ -1,4 +1,3 @@
-// Over 800 lines (by ~15): the image format, its codec and the OOB recovery scan that reads it are one unit.
 //! The persistent store: an SSD image on a `BlockDevice`, and recovery.
 //!
 //! Layout, in pages of the SSD's page size (the device's block size must
@@ -17,7 +16,13 @@
 //! kept in memory and written at each `sync`, *after* the data pages are
 //! durable, so a durable entry always describes durable data; the data crc
 //! catches an entry whose page was later overwritten without its new entry
-//! reaching the media.
+//! reaching the media. A sync writes the entries in two ordered steps: the
+//! data pages' first, then (after a device flush) those of the mapping and
+//! trim pages programmed since the last sync. A mapping page's entry can
+//! thus become durable only after the entries of every data page it points
+//! to: a power cut inside a sync never leaves a mapping page that names
+//! data pages recovery cannot see (it would take the page's as-of claim for
+//! the whole page and drop the older, still valid copies of those LPNs).
 //!
 //! Recovery after a power cut (header not clean): every OOB entry is checked
 //! against its page's data; per mapping page the newest copy (highest seq)
@@ -31,9 +36,12 @@ use thiserror::Error;
 
 use crate::config::FtlConfig;
 use crate::error::FtlError;
-use crate::flash::{INVALID, POOL_DATA, POOL_FREE, POOL_MAP, TRIM_OWNER};
+use crate::flash::{INVALID, TRIM_OWNER};
 use crate::ssd::{Ssd, UNMAPPED};
 use crate::store::{Oob, PageKind, Store, StoreError};
+
+mod recover;
+use recover::{recover_after_cut, recover_clean, Recovered};
 
 const MAGIC: &[u8; 8] = b"PTSDFTL1";
 const VERSION: u32 = 1;
@@ -223,6 +231,11 @@ pub struct PersistentStore {
     /// OOB pages changed since the last sync.
     dirty: Vec<bool>,
     dirty_list: Vec<u32>,
+    /// Mapping and trim pages given an entry since the last sync, each with
+    /// the entry it had before (written in the sync's first step instead,
+    /// see the module docs); `meta_marked` has a bit per page listed here.
+    meta: Vec<(u32, [u8; OOB_BYTES])>,
+    meta_marked: Vec<u64>,
 }
 
 impl PersistentStore {
@@ -232,6 +245,15 @@ impl PersistentStore {
 
     fn set_oob(&mut self, ppa: u32, oob: &Oob, data_crc: u32) {
         let at = ppa as usize * OOB_BYTES;
+        if matches!(oob.kind, PageKind::Map | PageKind::Trim) {
+            let (w, bit) = (ppa as usize / 64, 1u64 << (ppa % 64));
+            if self.meta_marked[w] & bit == 0 {
+                self.meta_marked[w] |= bit;
+                let mut before = [0u8; OOB_BYTES];
+                before.copy_from_slice(&self.oob[at..at + OOB_BYTES]);
+                self.meta.push((ppa, before));
+            }
+        }
         encode_oob(oob, data_crc, &mut self.oob[at..at + OOB_BYTES]);
         let page = at / self.lay.page;
         if !self.dirty[page] {
@@ -256,6 +278,34 @@ impl PersistentStore {
         };
         self.dev.write(self.lay.block(first_page), buf)?;
         Ok(())
+    }
+
+    /// Write OOB pages `pages` (sorted, distinct) from the in-memory area,
+    /// contiguous runs in one device write each.
+    fn write_oob_pages(&self, pages: &[u32]) -> Result<(), StoreError> {
+        let page = self.lay.page;
+        let mut i = 0;
+        while i < pages.len() {
+            let mut j = i + 1;
+            while j < pages.len() && pages[j] == pages[j - 1] + 1 {
+                j += 1;
+            }
+            let (a, b) = (pages[i] as usize, pages[j - 1] as usize + 1);
+            self.dev.write(
+                self.lay.block(self.lay.oob_first + a as u64),
+                &self.oob[a * page..b * page],
+            )?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Swap the listed mapping/trim entries with their pre-sync ones.
+    fn swap_meta(&mut self) {
+        for (ppa, before) in &mut self.meta {
+            let at = *ppa as usize * OOB_BYTES;
+            self.oob[at..at + OOB_BYTES].swap_with_slice(before);
+        }
     }
 
     fn read_pages(&self, first_page: u64, pages: u64) -> Result<Vec<u8>, StoreError> {
@@ -314,22 +364,25 @@ impl Store for PersistentStore {
             return Ok(());
         }
         self.dirty_list.sort_unstable();
-        let page = self.lay.page;
-        let mut i = 0;
-        while i < self.dirty_list.len() {
-            let mut j = i + 1;
-            while j < self.dirty_list.len() && self.dirty_list[j] == self.dirty_list[j - 1] + 1 {
-                j += 1;
+        if self.meta.is_empty() {
+            self.write_oob_pages(&self.dirty_list)?;
+        } else {
+            // Step 1: every changed entry but the new mapping/trim ones.
+            self.swap_meta();
+            let r = self.write_oob_pages(&self.dirty_list);
+            self.swap_meta();
+            r?;
+            self.dev.flush()?;
+            // Step 2: the OOB pages holding new mapping/trim entries.
+            let per_page = (self.lay.page / OOB_BYTES) as u32;
+            let mut pages: Vec<u32> = self.meta.iter().map(|&(p, _)| p / per_page).collect();
+            pages.sort_unstable();
+            pages.dedup();
+            self.write_oob_pages(&pages)?;
+            for &(p, _) in &self.meta {
+                self.meta_marked[p as usize / 64] = 0;
             }
-            let (a, b) = (
-                self.dirty_list[i] as usize,
-                self.dirty_list[j - 1] as usize + 1,
-            );
-            self.dev.write(
-                self.lay.block(self.lay.oob_first + a as u64),
-                &self.oob[a * page..b * page],
-            )?;
-            i = j;
+            self.meta.clear();
         }
         for &p in &self.dirty_list {
             self.dirty[p as usize] = false;
@@ -338,21 +391,6 @@ impl Store for PersistentStore {
         self.dev.flush()?;
         Ok(())
     }
-}
-
-/// What recovery found, to install into a fresh `Ssd`.
-struct Recovered {
-    l2p: Vec<u32>,
-    gtd: Vec<u32>,
-    gtd_seq: Vec<u64>,
-    /// Per block: pool and write pointer.
-    pool: Vec<u8>,
-    wp: Vec<u32>,
-    erases: Option<Vec<u32>>,
-    trim_pages: Vec<u32>,
-    max_seq: u64,
-    /// Mapping pages whose flash copy is older than the recovered map.
-    stale_map_pages: Vec<u32>,
 }
 
 impl Ssd {
@@ -434,6 +472,8 @@ impl Ssd {
             oob: Vec::new(),
             dirty: vec![false; lay.oob_pages as usize],
             dirty_list: Vec::new(),
+            meta: Vec::new(),
+            meta_marked: vec![0; g.physical_pages.div_ceil(64) as usize],
         };
         let header = store.read_pages(0, 1)?;
         let state = decode_header(&cfg, &header).map_err(StoreError::from)?;
@@ -572,245 +612,4 @@ impl Ssd {
     fn persistent_store(&mut self) -> Option<&mut PersistentStore> {
         self.store.as_any_mut()?.downcast_mut::<PersistentStore>()
     }
-}
-
-/// Read the checkpoint and the mapping pages it names.
-fn recover_clean(cfg: &FtlConfig, s: &PersistentStore) -> Result<Recovered, FtlError> {
-    let g = cfg.geometry();
-    let lay = s.lay;
-    let ck = s.read_pages(lay.ckpt_first, lay.ckpt_pages)?;
-    let m = g.map_pages as usize;
-    let blocks = g.total_blocks() as usize;
-    let end = 32 + 12 * m + 4 * blocks;
-    if u64_at(&ck, 8) != g.map_pages
-        || u64_at(&ck, 16) != g.total_blocks()
-        || crc32c::crc32c(&ck[..end]) != u32_at(&ck, end)
-    {
-        return Err(StoreError::from(ImageError::CheckpointChecksum).into());
-    }
-    let seq = u64_at(&ck, 0);
-    let gtd: Vec<u32> = (0..m).map(|i| u32_at(&ck, 32 + 4 * i)).collect();
-    let gtd_seq: Vec<u64> = (0..m).map(|i| u64_at(&ck, 32 + 4 * m + 8 * i)).collect();
-    let erases: Vec<u32> = (0..blocks)
-        .map(|i| u32_at(&ck, 32 + 12 * m + 4 * i))
-        .collect();
-    let mut l2p = vec![UNMAPPED; g.logical_pages as usize];
-    let epp = g.entries_per_map_page as usize;
-    let mut page = vec![0u8; lay.page];
-    for (mpn, &p) in gtd.iter().enumerate() {
-        if p == UNMAPPED {
-            continue;
-        }
-        if u64::from(p) >= g.physical_pages {
-            return Err(StoreError::from(ImageError::CheckpointChecksum).into());
-        }
-        s.dev
-            .read(s.data_block(p), &mut page)
-            .map_err(StoreError::from)?;
-        for i in 0..epp {
-            let lpn = mpn * epp + i;
-            if lpn < l2p.len() {
-                let v = u32_at(&page, 4 * i);
-                l2p[lpn] = if u64::from(v) < g.physical_pages {
-                    v
-                } else {
-                    UNMAPPED
-                };
-            }
-        }
-    }
-    let (pool, wp) = blocks_from_oob(cfg, s, |ppa| s.entry(ppa));
-    Ok(Recovered {
-        l2p,
-        gtd,
-        gtd_seq,
-        pool,
-        wp,
-        erases: Some(erases),
-        trim_pages: Vec::new(),
-        max_seq: seq,
-        stale_map_pages: Vec::new(),
-    })
-}
-
-/// Pool and write pointer of each block from its pages' entries; the kind
-/// with the newest entry decides the pool.
-fn blocks_from_oob(
-    cfg: &FtlConfig,
-    _s: &PersistentStore,
-    entry: impl Fn(u32) -> Option<Entry>,
-) -> (Vec<u8>, Vec<u32>) {
-    let g = cfg.geometry();
-    let ppb = g.pages_per_block;
-    let blocks = g.total_blocks() as usize;
-    let mut pool = vec![POOL_FREE; blocks];
-    let mut wp = vec![0u32; blocks];
-    for b in 0..blocks {
-        let mut newest = 0u64;
-        for off in 0..ppb {
-            let ppa = b as u32 * ppb + off;
-            if let Some(e) = entry(ppa) {
-                wp[b] = off + 1;
-                if e.oob.seq >= newest {
-                    newest = e.oob.seq;
-                    pool[b] = if e.oob.kind == PageKind::Data {
-                        POOL_DATA
-                    } else {
-                        POOL_MAP
-                    };
-                }
-            }
-        }
-    }
-    (pool, wp)
-}
-
-/// Rebuild the map after a power cut (see the module docs).
-fn recover_after_cut(cfg: &FtlConfig, s: &PersistentStore) -> Result<Recovered, FtlError> {
-    let g = cfg.geometry();
-    let lay = s.lay;
-    let phys = g.physical_pages as u32;
-    let epp = g.entries_per_map_page as usize;
-    // Verified entries: the OOB entry is intact and matches its page's data.
-    let mut verified: Vec<Option<Entry>> = vec![None; phys as usize];
-    let mut page = vec![0u8; lay.page];
-    for ppa in 0..phys {
-        if let Some(e) = s.entry(ppa) {
-            s.dev
-                .read(s.data_block(ppa), &mut page)
-                .map_err(StoreError::from)?;
-            if crc32c::crc32c(&page) == e.data_crc {
-                verified[ppa as usize] = Some(e);
-            }
-        }
-    }
-    let (pool, wp) = blocks_from_oob(cfg, s, |ppa| verified[ppa as usize]);
-    let ppb = g.pages_per_block;
-    let in_own_pool = |ppa: u32, e: &Entry| {
-        let p = pool[(ppa / ppb) as usize];
-        (e.oob.kind == PageKind::Data) == (p == POOL_DATA)
-    };
-    let mut max_seq = 0;
-    let mut best_data: Vec<(u64, u32)> = vec![(0, UNMAPPED); g.logical_pages as usize];
-    let mut best_map: Vec<(u64, u32, u64)> = vec![(0, UNMAPPED, 0); g.map_pages as usize];
-    let mut trim_pages = Vec::new();
-    for ppa in 0..phys {
-        let Some(e) = verified[ppa as usize] else {
-            continue;
-        };
-        max_seq = max_seq.max(e.oob.seq).max(e.oob.aux);
-        if !in_own_pool(ppa, &e) {
-            continue;
-        }
-        match e.oob.kind {
-            PageKind::Data => {
-                if let Some(b) = best_data.get_mut(e.oob.id as usize) {
-                    if e.oob.seq > b.0 {
-                        *b = (e.oob.seq, ppa);
-                    }
-                }
-            }
-            PageKind::Map => {
-                if let Some(b) = best_map.get_mut(e.oob.id as usize) {
-                    if e.oob.seq > b.0 {
-                        *b = (e.oob.seq, ppa, e.oob.aux);
-                    }
-                }
-            }
-            PageKind::Trim => trim_pages.push(ppa),
-            PageKind::Free => {}
-        }
-    }
-    let data_seq = |p: u32| -> Option<u64> {
-        if p >= phys {
-            return None;
-        }
-        verified[p as usize]
-            .filter(|e| e.oob.kind == PageKind::Data)
-            .map(|e| e.oob.seq)
-    };
-    // 1. The newest copy of each mapping page, valid as of its `aux`.
-    let mut l2p = vec![UNMAPPED; g.logical_pages as usize];
-    let mut tseq = vec![0u64; g.map_pages as usize];
-    let mut stale = vec![false; g.map_pages as usize];
-    for (mpn, &(_, p, asof)) in best_map.iter().enumerate() {
-        if p == UNMAPPED {
-            continue;
-        }
-        tseq[mpn] = asof;
-        s.dev
-            .read(s.data_block(p), &mut page)
-            .map_err(StoreError::from)?;
-        for i in 0..epp {
-            let lpn = mpn * epp + i;
-            if lpn >= l2p.len() {
-                break;
-            }
-            let v = u32_at(&page, 4 * i);
-            if v == UNMAPPED {
-                continue;
-            }
-            let ok = data_seq(v).is_some_and(|sq| sq <= asof)
-                && verified[v as usize].is_some_and(|e| e.oob.id as usize == lpn);
-            if ok {
-                l2p[lpn] = v;
-            } else {
-                // Its page is gone: a later write or discard replaced it.
-                stale[mpn] = true;
-            }
-        }
-    }
-    // 2. Newer data pages override.
-    for (lpn, &(sq, p)) in best_data.iter().enumerate() {
-        if p != UNMAPPED && sq > tseq[lpn / epp] {
-            l2p[lpn] = p;
-            stale[lpn / epp] = true;
-        }
-    }
-    // 3. Newer discards override older data.
-    for &tp in &trim_pages {
-        s.dev
-            .read(s.data_block(tp), &mut page)
-            .map_err(StoreError::from)?;
-        let n = (u64_at(&page, 0) as usize).min((lay.page - 8) / 16);
-        for k in 0..n {
-            let at = 8 + 16 * k;
-            let (first, count, sq) = (
-                u32_at(&page, at),
-                u32_at(&page, at + 4),
-                u64_at(&page, at + 8),
-            );
-            for lpn in u64::from(first)..(u64::from(first) + u64::from(count)).min(g.logical_pages)
-            {
-                let lpn = lpn as usize;
-                if sq <= tseq[lpn / epp] {
-                    continue;
-                }
-                let cur = l2p[lpn];
-                if cur != UNMAPPED && data_seq(cur).is_some_and(|d| d < sq) {
-                    l2p[lpn] = UNMAPPED;
-                    stale[lpn / epp] = true;
-                }
-            }
-        }
-    }
-    let gtd = best_map.iter().map(|&(_, p, _)| p).collect();
-    let gtd_seq = best_map.iter().map(|&(_, _, a)| a).collect();
-    let stale_map_pages = stale
-        .iter()
-        .enumerate()
-        .filter(|(_, &st)| st)
-        .map(|(m, _)| m as u32)
-        .collect();
-    Ok(Recovered {
-        l2p,
-        gtd,
-        gtd_seq,
-        pool,
-        wp,
-        erases: None,
-        trim_pages,
-        max_seq,
-        stale_map_pages,
-    })
 }

@@ -161,9 +161,18 @@ impl Ssd {
             }
             self.exec_acts(&acts, t, Cause::Write)?;
             if self.persistent {
+                // A run of records carries its last discard's number, so it
+                // grows only while nothing else took a number in between: a
+                // mapping page written amid the run (by this loop's
+                // write-backs) or a data page programmed (between requests)
+                // must stay on the right side of every discard in it.
+                let prev = self.seq;
                 self.seq += 1;
                 match self.trim_log.last_mut() {
-                    Some((first, n, _)) if *first + *n == lpn => *n += 1,
+                    Some((first, n, sq)) if *first + *n == lpn && *sq == prev => {
+                        *n += 1;
+                        *sq = self.seq;
+                    }
                     _ => self.trim_log.push((lpn, 1, self.seq)),
                 }
             }

@@ -142,7 +142,8 @@ pub struct Ssd {
     scratch: Vec<u8>,
     serving_read: bool,
     pub(crate) seq: u64,
-    /// Discards since the last host flush, as (first LPN, count, seq).
+    /// Discards since the last host flush, as (first LPN, count, seq of the
+    /// last discard of the run; see `do_discard`).
     pub(crate) trim_log: Vec<(u32, u32, u64)>,
     /// Trim-record pages on flash since the last checkpoint.
     pub(crate) trim_pages: Vec<u32>,
