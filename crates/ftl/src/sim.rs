@@ -55,7 +55,7 @@ pub trait SimDevice {
     fn page_size(&self) -> u32;
     /// Why the device stopped working, if it did (checked after every
     /// [`SimDevice::advance`]; a failed device also refuses submissions).
-    fn fault(&self) -> Option<String> {
+    fn fault(&self) -> Option<DeviceError> {
         None
     }
     /// An independent copy of the device in its current state, if it can
@@ -87,8 +87,12 @@ pub enum SimError {
         #[source]
         source: DeviceError,
     },
-    #[error("the device failed at {now_ns} ns: {reason}")]
-    DeviceFailed { now_ns: u64, reason: String },
+    #[error("the device failed at {now_ns} ns")]
+    DeviceFailed {
+        now_ns: u64,
+        #[source]
+        source: DeviceError,
+    },
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error("the device holds {in_flight} requests but has no event pending")]
@@ -399,7 +403,7 @@ impl<'p, D: SimDevice> Simulator<'p, D> {
     fn check_fault(&self, now_ns: u64) -> Result<(), SimError> {
         match self.device.fault() {
             None => Ok(()),
-            Some(reason) => Err(SimError::DeviceFailed { now_ns, reason }),
+            Some(source) => Err(SimError::DeviceFailed { now_ns, source }),
         }
     }
 
@@ -590,6 +594,8 @@ pub mod testing {
         served: u64,
         /// Pages beyond this are rejected.
         pub capacity_pages: u64,
+        /// The device fails once it has served this many requests.
+        pub fail_after: Option<u64>,
     }
 
     impl FixedLatency {
@@ -601,6 +607,7 @@ pub mod testing {
                 pending: BinaryHeap::new(),
                 served: 0,
                 capacity_pages: u64::MAX,
+                fail_after: None,
             }
         }
     }
@@ -657,6 +664,11 @@ pub mod testing {
         fn page_size(&self) -> u32 {
             4096
         }
+
+        fn fault(&self) -> Option<DeviceError> {
+            let n = self.fail_after?;
+            (self.served >= n).then(|| format!("worn out after {n} requests").into())
+        }
     }
 }
 
@@ -666,6 +678,34 @@ mod tests {
     use super::*;
     use crate::trace::{TraceFormat, TraceOptions};
     use crate::workload::WorkloadSpec;
+
+    /// A device that fails mid-run stops the simulation with its typed
+    /// cause as the error's source; the FTL reports its own fault.
+    #[test]
+    fn a_device_fault_stops_the_run_with_its_cause() {
+        let mut dev = FixedLatency::new(1, 100_000, 400_000);
+        dev.fail_after = Some(10);
+        let mut sim = Simulator::new(dev);
+        let mut w = WorkloadSpec::random_write(1000, 100, 1).build().unwrap();
+        match sim.run_closed("w", &mut w, 1) {
+            Err(e @ SimError::DeviceFailed { .. }) => {
+                let cause = std::error::Error::source(&e).expect("a cause");
+                assert_eq!(cause.to_string(), "worn out after 10 requests");
+            }
+            other => panic!("expected DeviceFailed, got {:?}", other.map(|_| ())),
+        }
+
+        let mut cfg = crate::FtlConfig::paper(crate::Variant::Page, 32 << 20);
+        cfg.store = crate::StoreKind::None;
+        let mut ssd = crate::Ssd::new(cfg).unwrap();
+        assert!(SimDevice::fault(&ssd).is_none());
+        ssd.inject_fault(crate::FtlError::NoSpace);
+        let fault = SimDevice::fault(&ssd).expect("a fault");
+        let fault = fault
+            .downcast_ref::<crate::DeviceFault>()
+            .expect("the FTL's own fault type");
+        assert!(fault.is_no_space());
+    }
 
     #[test]
     fn closed_loop_keeps_qd_outstanding() {

@@ -42,4 +42,8 @@ impl crate::sim::SimDevice for Ssd {
     fn try_clone(&self) -> Option<Self> {
         Ssd::try_clone(self)
     }
+
+    fn fault(&self) -> Option<crate::sim::DeviceError> {
+        Ssd::fault(self).map(|f| Box::new(f.clone()) as crate::sim::DeviceError)
+    }
 }
