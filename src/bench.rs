@@ -51,6 +51,9 @@ struct NoopMountArgs {
     /// Count requests per opcode into this file.
     #[arg(long)]
     op_counts: Option<std::path::PathBuf>,
+    /// Serve over FUSE io_uring (as ptsd-fs does by default).
+    #[arg(long)]
+    uring: bool,
     /// Where to mount.
     dir: std::path::PathBuf,
 }
@@ -71,6 +74,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     threads: a.threads.unwrap_or(defaults.threads),
                     writeback_cache: a.writeback_cache,
                     op_counts: a.op_counts,
+                    uring: a.uring,
                 },
             )?)
         }

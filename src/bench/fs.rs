@@ -22,9 +22,12 @@ use ptsd_blockdev::size::parse_size;
 /// setup are in [`spec`]; comparisons follow from class and role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Target {
-    /// ptsd (spawned `ptsd mount`, or `--ptsd-dir`), journal on /dev/shm:
-    /// process-crash class.
+    /// ptsd over /dev/fuse (spawned `ptsd mount -o nouring`, or
+    /// `--ptsd-dir`), journal on /dev/shm: process-crash class.
     Ptsd,
+    /// ptsd over FUSE io_uring (`ptsd mount -o uring`; turns the kernel's
+    /// `fuse.enable_uring` on, as root): process-crash class.
+    PtsdUring,
     /// ptsd with its journal a file in the work dir (msync mode): power-loss class.
     PtsdDurable,
     /// ext4 on a loop over a disk image in the work dir: power-loss anchor.
@@ -34,8 +37,10 @@ enum Target {
     /// ext4 data=journal, external journal on a /dev/shm loop, data on a
     /// disk image: process-crash anchor (the kernel's version of ptsd).
     Ext4Ramjournal,
-    /// The bench crate's no-op in-memory FUSE fs: the ceiling.
+    /// The bench crate's no-op in-memory FUSE fs over /dev/fuse: the ceiling.
     Noop,
+    /// The no-op fs over FUSE io_uring: the io_uring transport's ceiling.
+    NoopUring,
     /// A directory in the work dir on the host's own file system: a
     /// power-loss reference row.
     Host,
@@ -47,7 +52,7 @@ pub struct FsArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_values = ["ext4-shm", "ext4-ramjournal", "ext4", "noop", "ptsd", "ptsd-durable"]
+        default_values = ["ext4-shm", "ext4-ramjournal", "ext4", "noop", "noop-uring", "ptsd", "ptsd-uring", "ptsd-durable"]
     )]
     targets: Vec<Target>,
     /// Also run on an existing directory: NAME=DIR, or NAME:CLASS=DIR with
@@ -59,7 +64,8 @@ pub struct FsArgs {
     /// spawning `ptsd mount`.
     #[arg(long, value_name = "DIR")]
     ptsd_dir: Option<PathBuf>,
-    /// Extra argument for the spawned `ptsd mount`s (repeatable).
+    /// Extra argument for the spawned `ptsd mount`s (repeatable; after the
+    /// transport's `-o uring`/`-o nouring`).
     #[arg(
         long = "ptsd-mount-arg",
         value_name = "ARG",
@@ -159,6 +165,7 @@ fn ptsd_spawn(
     name: &str,
     journal: PathBuf,
     counts: &Path,
+    uring: bool,
 ) -> Result<SpawnSpec> {
     let mountpoint = p.scratch.join(name);
     // In the foreground, so the daemon is our child and its exit after
@@ -170,6 +177,7 @@ fn ptsd_spawn(
     ]);
     args.extend(["--journal".into(), journal.into_os_string()]);
     args.extend(["--op-counts".into(), counts.as_os_str().to_owned()]);
+    args.extend(["-o".into(), if uring { "uring" } else { "nouring" }.into()]);
     args.extend(a.ptsd_mount_args.iter().cloned());
     args.push(mountpoint.clone().into());
     Ok(SpawnSpec {
@@ -223,18 +231,25 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                 ..TargetSpec::dir(suite::HOST, path, Durability::PowerLoss)
             }
         }
-        Target::Noop => {
-            let counts = p.shm_file("noop.opcounts");
+        Target::Noop | Target::NoopUring => {
+            let uring = t == Target::NoopUring;
+            let name = if uring {
+                suite::NOOP_URING
+            } else {
+                suite::NOOP
+            };
+            let counts = p.shm_file(&format!("{name}.opcounts"));
             let defaults = NoopOptions::default();
             let threads = a.noop_threads.unwrap_or(defaults.threads);
-            let setup = if a.noop_in_process {
+            let setup = if a.noop_in_process && !uring {
                 Setup::Noop(NoopOptions {
                     threads,
                     writeback_cache: a.noop_writeback_cache,
                     op_counts: None,
+                    uring: false,
                 })
             } else {
-                let mountpoint = p.scratch.join(suite::NOOP);
+                let mountpoint = p.scratch.join(name);
                 let mut args: Vec<OsString> = vec![
                     "bench".into(),
                     "noop-mount".into(),
@@ -246,6 +261,9 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                 if a.noop_writeback_cache {
                     args.push("--writeback-cache".into());
                 }
+                if uring {
+                    args.push("--uring".into());
+                }
                 args.push(mountpoint.clone().into());
                 Setup::Spawned(SpawnSpec {
                     program: std::env::current_exe().context("locating the ptsd binary")?,
@@ -255,7 +273,7 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                 })
             };
             TargetSpec {
-                name: suite::NOOP.into(),
+                name: name.into(),
                 durability: Durability::None,
                 role: Role::Ceiling,
                 fuse: true,
@@ -276,11 +294,23 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                     durability: Durability::ProcessCrash,
                     role: Role::Subject,
                     fuse: true,
-                    setup: Setup::Spawned(ptsd_spawn(a, p, suite::PTSD, journal, &counts)?),
+                    setup: Setup::Spawned(ptsd_spawn(a, p, suite::PTSD, journal, &counts, false)?),
                     op_counts: Some(counts),
                 }
             }
         },
+        Target::PtsdUring => {
+            let counts = p.shm_file("ptsd-uring.opcounts");
+            let journal = p.shm_file("ptsd-uring.journal");
+            TargetSpec {
+                name: suite::PTSD_URING.into(),
+                durability: Durability::ProcessCrash,
+                role: Role::Subject,
+                fuse: true,
+                setup: Setup::Spawned(ptsd_spawn(a, p, suite::PTSD_URING, journal, &counts, true)?),
+                op_counts: Some(counts),
+            }
+        }
         Target::PtsdDurable => {
             let counts = p.shm_file("ptsd-durable.opcounts");
             let journal = p.work_dir.join("ptsd-durable.journal");
@@ -289,7 +319,15 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                 durability: Durability::PowerLoss,
                 role: Role::Subject,
                 fuse: true,
-                setup: Setup::Spawned(ptsd_spawn(a, p, suite::PTSD_DURABLE, journal, &counts)?),
+                // /dev/fuse, as it was measured before io_uring.
+                setup: Setup::Spawned(ptsd_spawn(
+                    a,
+                    p,
+                    suite::PTSD_DURABLE,
+                    journal,
+                    &counts,
+                    false,
+                )?),
                 op_counts: Some(counts),
             }
         }
@@ -351,6 +389,27 @@ pub fn run(a: FsArgs) -> Result<()> {
         );
     }
 
+    if a.targets
+        .iter()
+        .any(|t| matches!(t, Target::PtsdUring | Target::NoopUring))
+    {
+        // Off by default; an io_uring target that silently fell back to
+        // /dev/fuse would measure the wrong thing.
+        use ptsd_fs::uring::{enable, Availability};
+        match Availability::probe() {
+            Availability::Enabled => {}
+            Availability::Disabled => enable().with_context(|| {
+                format!(
+                    "the io_uring targets need FUSE over io_uring, which is off: {}",
+                    Availability::Disabled.reason()
+                )
+            })?,
+            Availability::Missing => bail!(
+                "the io_uring targets (ptsd-uring, noop-uring) need FUSE over io_uring: {}",
+                Availability::Missing.reason()
+            ),
+        }
+    }
     let mut targets = Vec::new();
     for &t in &a.targets {
         targets.push(spec(t, &a, &paths)?);
@@ -414,7 +473,7 @@ pub fn run(a: FsArgs) -> Result<()> {
             work_dir.display()
         );
     } else {
-        for name in [suite::PTSD, suite::PTSD_DURABLE] {
+        for name in [suite::PTSD, suite::PTSD_URING, suite::PTSD_DURABLE] {
             let _ = std::fs::remove_file(paths.shm_file(&format!("{name}.journal")));
         }
         if a.work_dir.is_none() {

@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,8 +38,11 @@ use ptsd_fs::fuse::{
     mount_config as ptsd_mount_config, raise_readahead, MountOpts, INIT_FLAGS, TTL,
 };
 use ptsd_fs::opcount::{Counted, OpCounts};
+use ptsd_fs::uring::UringInit;
 
 use super::{FsBenchError, Result};
+
+mod uring;
 
 /// Inode shards: enough that 2..16 FUSE threads rarely meet on one lock.
 const SHARDS: usize = 64;
@@ -55,6 +59,10 @@ pub struct NoopOptions {
     /// Count requests per opcode into this file (see
     /// [`ptsd_fs::opcount`]).
     pub op_counts: Option<PathBuf>,
+    /// Serve over FUSE io_uring where the kernel offers it, as ptsd-fs
+    /// does (`ptsd bench noop-mount --uring`; the in-process mount
+    /// ignores it).
+    pub uring: bool,
 }
 
 impl Default for NoopOptions {
@@ -63,6 +71,7 @@ impl Default for NoopOptions {
             threads: MountOpts::default().threads,
             writeback_cache: false,
             op_counts: None,
+            uring: false,
         }
     }
 }
@@ -132,17 +141,23 @@ type Shard = HashMap<u64, Node>;
 
 /// The in-memory file system; mount it with [`NoopMount::mount`] or
 /// [`serve`].
+///
+/// A clone shares the state: fuser's session and the io_uring queues serve
+/// one file system.
+#[derive(Clone)]
 pub struct NoopFs {
-    shards: Box<[Mutex<Shard>]>,
-    next_ino: AtomicU64,
-    nodes: AtomicU64,
+    shards: Arc<[Mutex<Shard>]>,
+    next_ino: Arc<AtomicU64>,
+    nodes: Arc<AtomicU64>,
     /// Renames change two directories in steps; they take this first, so
     /// two renames never interleave (the workloads do not rename).
-    tree_lock: Mutex<()>,
+    tree_lock: Arc<Mutex<()>>,
     options: NoopOptions,
+    /// INIT's io_uring outcome when `options.uring`.
+    uring_init: Arc<UringInit>,
 }
 
-fn new_attr(kind: FileType, perm: u16, req: &Request) -> FileAttr {
+fn new_attr(kind: FileType, perm: u16, (uid, gid): (u32, u32)) -> FileAttr {
     let now = SystemTime::now();
     FileAttr {
         ino: INodeNo(0),
@@ -155,8 +170,8 @@ fn new_attr(kind: FileType, perm: u16, req: &Request) -> FileAttr {
         kind,
         perm,
         nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: req.uid(),
-        gid: req.gid(),
+        uid,
+        gid,
         rdev: 0,
         blksize: 4096,
         flags: 0,
@@ -224,15 +239,16 @@ impl NoopFs {
                 entries: Entries::new(),
             },
         };
-        let shards: Box<[Mutex<Shard>]> = (0..SHARDS).map(|_| Mutex::default()).collect();
+        let shards: Arc<[Mutex<Shard>]> = (0..SHARDS).map(|_| Mutex::default()).collect();
         shards[INodeNo::ROOT.0 as usize % SHARDS]
             .lock()
             .insert(INodeNo::ROOT.0, root);
         NoopFs {
             shards,
-            next_ino: AtomicU64::new(INodeNo::ROOT.0 + 1),
-            nodes: AtomicU64::new(1),
-            tree_lock: Mutex::new(()),
+            next_ino: Arc::new(AtomicU64::new(INodeNo::ROOT.0 + 1)),
+            nodes: Arc::new(AtomicU64::new(1)),
+            tree_lock: Arc::new(Mutex::new(())),
+            uring_init: Arc::new(UringInit::new(options.uring)),
             options,
         }
     }
@@ -428,6 +444,21 @@ impl fuser::Filesystem for NoopFs {
         }
         // Only what the kernel offers (an old kernel just runs without).
         let _ = config.add_capabilities(want & config.capabilities());
+        let u = &self.uring_init;
+        let offered = config
+            .capabilities()
+            .contains(fuser::InitFlags::FUSE_OVER_IO_URING);
+        let negotiated = u.wanted()
+            && offered
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
+                .is_ok();
+        if negotiated {
+            // As ptsd-fs: each ring entry holds a max_write buffer.
+            let _ = config.set_max_write(ptsd_fs::uring::MAX_WRITE);
+        }
+        let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
+        u.record(offered, negotiated, ra, true);
         Ok(())
     }
 
@@ -467,45 +498,7 @@ impl fuser::Filesystem for NoopFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = {
-            let mut shard = self.shard(ino.0);
-            match shard.get_mut(&ino.0) {
-                None => Err(Errno::ENOENT),
-                Some(node) => {
-                    let now = SystemTime::now();
-                    let resolve = |t: TimeOrNow| match t {
-                        TimeOrNow::SpecificTime(t) => t,
-                        TimeOrNow::Now => now,
-                    };
-                    let mut r = Ok(());
-                    if let Some(size) = size {
-                        match &mut node.content {
-                            Content::File(data) => {
-                                data.resize(usize::try_from(size).unwrap_or(usize::MAX), 0);
-                                set_size(&mut node.attr, size);
-                                node.attr.mtime = now;
-                            }
-                            Content::Dir { .. } => r = Err(Errno::EISDIR),
-                        }
-                    }
-                    r.map(|()| {
-                        if let Some(mode) = mode {
-                            node.attr.perm = (mode & 0o7777) as u16;
-                        }
-                        node.attr.uid = uid.unwrap_or(node.attr.uid);
-                        node.attr.gid = gid.unwrap_or(node.attr.gid);
-                        if let Some(t) = atime {
-                            node.attr.atime = resolve(t);
-                        }
-                        if let Some(t) = mtime {
-                            node.attr.mtime = resolve(t);
-                        }
-                        node.attr.ctime = now;
-                        node.attr
-                    })
-                }
-            }
-        };
+        let result = self.set_attr(ino.0, mode, uid, gid, size, atime, mtime);
         match result {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
@@ -521,7 +514,11 @@ impl fuser::Filesystem for NoopFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let attr = new_attr(FileType::Directory, (mode & !umask & 0o7777) as u16, req);
+        let attr = new_attr(
+            FileType::Directory,
+            (mode & !umask & 0o7777) as u16,
+            (req.uid(), req.gid()),
+        );
         let content = Content::Dir {
             parent: parent.0,
             entries: Entries::new(),
@@ -560,18 +557,7 @@ impl fuser::Filesystem for NoopFs {
             // The workloads never ask for NOREPLACE/EXCHANGE.
             return reply.error(Errno::EINVAL);
         }
-        let result = (|| {
-            let _tree = self.tree_lock.lock();
-            let (ino, kind) = self.child(parent.0, name)?;
-            if let Ok((target, tkind)) = self.child(newparent.0, newname) {
-                if target == ino {
-                    return Ok(());
-                }
-                self.remove(newparent.0, newname, tkind == FileType::Directory)?;
-                return self.move_entry(parent.0, name, newparent.0, newname, ino, kind);
-            }
-            self.move_entry(parent.0, name, newparent.0, newname, ino, kind)
-        })();
+        let result = self.rename_entry(parent.0, name, newparent.0, newname);
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -596,7 +582,11 @@ impl fuser::Filesystem for NoopFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let attr = new_attr(FileType::RegularFile, (mode & !umask & 0o7777) as u16, req);
+        let attr = new_attr(
+            FileType::RegularFile,
+            (mode & !umask & 0o7777) as u16,
+            (req.uid(), req.gid()),
+        );
         match self.insert(parent.0, name, attr, Content::File(Vec::new())) {
             Ok(attr) => reply.created(
                 &TTL,
@@ -620,17 +610,7 @@ impl fuser::Filesystem for NoopFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let result = match self.shard(ino.0).get(&ino.0).map(|n| &n.content) {
-            Some(Content::File(data)) => {
-                let start = usize::try_from(offset)
-                    .unwrap_or(usize::MAX)
-                    .min(data.len());
-                let end = start.saturating_add(size as usize).min(data.len());
-                Ok(data[start..end].to_vec())
-            }
-            Some(Content::Dir { .. }) => Err(Errno::EISDIR),
-            None => Err(Errno::ENOENT),
-        };
+        let result = self.read_at(ino.0, offset, size);
         match result {
             Ok(bytes) => reply.data(&bytes),
             Err(e) => reply.error(e),
@@ -649,34 +629,7 @@ impl fuser::Filesystem for NoopFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let result = {
-            let mut shard = self.shard(ino.0);
-            match shard.get_mut(&ino.0) {
-                None => Err(Errno::ENOENT),
-                Some(Node {
-                    content: Content::Dir { .. },
-                    ..
-                }) => Err(Errno::EISDIR),
-                Some(Node {
-                    attr,
-                    content: Content::File(bytes),
-                }) => match usize::try_from(offset)
-                    .ok()
-                    .and_then(|o| o.checked_add(data.len()))
-                {
-                    None => Err(Errno::EFBIG),
-                    Some(end) => {
-                        if bytes.len() < end {
-                            bytes.resize(end, 0);
-                        }
-                        bytes[end - data.len()..end].copy_from_slice(data);
-                        set_size(attr, bytes.len() as u64);
-                        touch(attr);
-                        Ok(data.len() as u32)
-                    }
-                },
-            }
-        };
+        let result = self.write_at(ino.0, offset, data);
         match result {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -814,6 +767,127 @@ impl fuser::Filesystem for NoopFs {
 }
 
 impl NoopFs {
+    /// SETATTR: the changes asked for, the attributes after.
+    #[allow(clippy::too_many_arguments)]
+    fn set_attr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> std::result::Result<FileAttr, Errno> {
+        {
+            let mut shard = self.shard(ino);
+            match shard.get_mut(&ino) {
+                None => Err(Errno::ENOENT),
+                Some(node) => {
+                    let now = SystemTime::now();
+                    let resolve = |t: TimeOrNow| match t {
+                        TimeOrNow::SpecificTime(t) => t,
+                        TimeOrNow::Now => now,
+                    };
+                    let mut r = Ok(());
+                    if let Some(size) = size {
+                        match &mut node.content {
+                            Content::File(data) => {
+                                data.resize(usize::try_from(size).unwrap_or(usize::MAX), 0);
+                                set_size(&mut node.attr, size);
+                                node.attr.mtime = now;
+                            }
+                            Content::Dir { .. } => r = Err(Errno::EISDIR),
+                        }
+                    }
+                    r.map(|()| {
+                        if let Some(mode) = mode {
+                            node.attr.perm = (mode & 0o7777) as u16;
+                        }
+                        node.attr.uid = uid.unwrap_or(node.attr.uid);
+                        node.attr.gid = gid.unwrap_or(node.attr.gid);
+                        if let Some(t) = atime {
+                            node.attr.atime = resolve(t);
+                        }
+                        if let Some(t) = mtime {
+                            node.attr.mtime = resolve(t);
+                        }
+                        node.attr.ctime = now;
+                        node.attr
+                    })
+                }
+            }
+        }
+    }
+
+    /// READ: up to `size` bytes at `offset`.
+    fn read_at(&self, ino: u64, offset: u64, size: u32) -> std::result::Result<Vec<u8>, Errno> {
+        match self.shard(ino).get(&ino).map(|n| &n.content) {
+            Some(Content::File(data)) => {
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(data.len());
+                let end = start.saturating_add(size as usize).min(data.len());
+                Ok(data[start..end].to_vec())
+            }
+            Some(Content::Dir { .. }) => Err(Errno::EISDIR),
+            None => Err(Errno::ENOENT),
+        }
+    }
+
+    /// WRITE: `data` at `offset`; the bytes written.
+    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> std::result::Result<u32, Errno> {
+        {
+            let mut shard = self.shard(ino);
+            match shard.get_mut(&ino) {
+                None => Err(Errno::ENOENT),
+                Some(Node {
+                    content: Content::Dir { .. },
+                    ..
+                }) => Err(Errno::EISDIR),
+                Some(Node {
+                    attr,
+                    content: Content::File(bytes),
+                }) => match usize::try_from(offset)
+                    .ok()
+                    .and_then(|o| o.checked_add(data.len()))
+                {
+                    None => Err(Errno::EFBIG),
+                    Some(end) => {
+                        if bytes.len() < end {
+                            bytes.resize(end, 0);
+                        }
+                        bytes[end - data.len()..end].copy_from_slice(data);
+                        set_size(attr, bytes.len() as u64);
+                        touch(attr);
+                        Ok(data.len() as u32)
+                    }
+                },
+            }
+        }
+    }
+
+    /// RENAME (no flags): `name` in `parent` becomes `newname` in
+    /// `newparent`, replacing what was there.
+    fn rename_entry(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> std::result::Result<(), Errno> {
+        let _tree = self.tree_lock.lock();
+        let (ino, kind) = self.child(parent, name)?;
+        if let Ok((target, tkind)) = self.child(newparent, newname) {
+            if target == ino {
+                return Ok(());
+            }
+            self.remove(newparent, newname, tkind == FileType::Directory)?;
+            return self.move_entry(parent, name, newparent, newname, ino, kind);
+        }
+        self.move_entry(parent, name, newparent, newname, ino, kind)
+    }
+
     /// Moves the entry `name` of `parent` (inode `ino`) to `newname` in
     /// `newparent` (which has no such name now).
     fn move_entry(
@@ -911,16 +985,49 @@ fn check(options: &NoopOptions) -> Result<Option<Arc<OpCounts>>> {
 /// `noop` target of `ptsd bench fs` spawns).
 pub fn serve(dir: &Path, options: NoopOptions) -> Result<()> {
     let counts = check(&options)?;
-    let config = mount_config(&options);
-    let fs = Counted::new(NoopFs::new(options), counts);
+    let mut config = mount_config(&options);
+    let (want_uring, threads) = (options.uring, options.threads);
+    if want_uring {
+        // As ptsd-fs: /dev/fuse keeps only FORGET, INTERRUPT and what
+        // comes before the queues are ready.
+        config.n_threads = Some(2);
+    }
+    let noop = NoopFs::new(options);
+    let fs = Counted::new(noop.clone(), counts.clone());
     let err = |e: std::io::Error| FsBenchError::Mount {
         path: dir.to_path_buf(),
         detail: format!("serving the no-op fs: {e}"),
     };
     let session = fuser::Session::new(fs, dir, &config).map_err(err)?;
+    let rings = if noop.uring_init.negotiated() {
+        let dev = session.as_fd().try_clone_to_owned().map_err(err)?;
+        let queues = ptsd_fs::uring::possible_cpus();
+        let cfg = ptsd_fs::uring::RingConfig {
+            // The same split as a ptsd-fs mount: its FUSE threads per queue.
+            threads_per_queue: (threads / queues).max(1),
+            poll: None,
+            payload: noop.uring_init.payload_bytes(),
+        };
+        Some(
+            ptsd_fs::uring::start(dev, Arc::new(uring::Ring::new(noop, counts)), &cfg)
+                .map_err(err)?,
+        )
+    } else {
+        if want_uring {
+            eprintln!(
+                "no-op fs: FUSE over io_uring: {}; serving /dev/fuse",
+                ptsd_fs::uring::Availability::probe().reason()
+            );
+        }
+        None
+    };
     // The same read-ahead window as a ptsd-fs mount (like with like).
     raise_readahead(dir);
-    session.run().map_err(err)
+    let res = session.run().map_err(err);
+    if let Some(r) = rings {
+        r.join();
+    }
+    res
 }
 
 impl NoopMount {

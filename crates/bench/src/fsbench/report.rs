@@ -14,8 +14,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::suite::{
-    Durability, MachineLoad, Role, SuiteConfig, SuiteRuns, TargetInfo, TargetRun, EXT4, EXT4_SHM,
-    NOOP, PTSD, PTSD_DURABLE,
+    over_uring, Durability, MachineLoad, Role, SuiteConfig, SuiteRuns, TargetInfo, TargetRun, EXT4,
+    EXT4_SHM, NOOP, PTSD, PTSD_DURABLE, PTSD_URING,
 };
 use super::{FsBenchError, Result};
 
@@ -123,6 +123,31 @@ pub const GOALS: &[Goal] = &[
         den: NOOP,
         bar: Bar::AtLeast(0.9),
     },
+    // FUSE over io_uring against the same ptsd over /dev/fuse.
+    Goal {
+        metric: Metric::TokubenchFiles,
+        num: PTSD_URING,
+        den: PTSD,
+        bar: Bar::AtLeast(1.5),
+    },
+    Goal {
+        metric: Metric::TokubenchFiles,
+        num: PTSD_URING,
+        den: EXT4_SHM,
+        bar: Bar::AtLeast(0.5),
+    },
+    Goal {
+        metric: Metric::VarmailOps,
+        num: PTSD_URING,
+        den: PTSD,
+        bar: Bar::AtLeast(1.3),
+    },
+    Goal {
+        metric: Metric::VarmailFsyncP50,
+        num: PTSD_URING,
+        den: PTSD,
+        bar: Bar::AtMost(1.0),
+    },
 ];
 
 /// Minimum, median and maximum of some values.
@@ -221,6 +246,35 @@ pub struct TargetSummary {
     pub create_p99_us: Option<Spread>,
     /// FUSE requests per created file, per opcode (all rounds; FUSE only).
     pub tokubench_requests_per_file: Vec<(String, f64)>,
+    /// The spawned daemon's CPU per varmail op (us) and in CPUs busy
+    /// (all rounds).
+    pub varmail_daemon_cpu: Option<DaemonCpu>,
+    /// The spawned daemon's CPU per created file (us) and in CPUs busy.
+    pub tokubench_daemon_cpu: Option<DaemonCpu>,
+}
+
+/// What a spawned FUSE daemon's CPU time came to during a workload.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct DaemonCpu {
+    /// CPU microseconds per workload op.
+    pub us_per_op: f64,
+    /// CPU seconds per second of the run: 1.0 is one CPU kept busy.
+    pub cpus: f64,
+}
+
+/// Sums of (CPU s, ops, elapsed s) over runs that measured the daemon.
+fn daemon_cpu(runs: &[(Option<f64>, u64, f64)]) -> Option<DaemonCpu> {
+    let m: Vec<_> = runs
+        .iter()
+        .filter_map(|&(c, o, e)| Some((c?, o, e)))
+        .collect();
+    let (cpu, ops, secs) = m.iter().fold((0.0, 0u64, 0.0), |a, &(c, o, e)| {
+        (a.0 + c, a.1 + o, a.2 + e)
+    });
+    (ops > 0 && secs > 0.0).then(|| DaemonCpu {
+        us_per_op: cpu * 1e6 / ops as f64,
+        cpus: cpu / secs,
+    })
 }
 
 /// Everything one `ptsd bench fs` measured, and what it means.
@@ -298,12 +352,24 @@ fn summarize(t: &TargetInfo, runs: &[&TargetRun]) -> TargetSummary {
                 .map(|t| (t.counters.requests.as_slice(), t.result.files))
                 .collect::<Vec<_>>(),
         ),
+        varmail_daemon_cpu: daemon_cpu(
+            &vm.iter()
+                .map(|v| (v.counters.daemon_cpu_s, v.result.ops, v.result.elapsed_s))
+                .collect::<Vec<_>>(),
+        ),
+        tokubench_daemon_cpu: daemon_cpu(
+            &tb.iter()
+                .map(|t| (t.counters.daemon_cpu_s, t.result.files, t.result.elapsed_s))
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 
 /// Which pairs are compared: every subject with every anchor of its class
 /// (a class that survives something: process-crash or power-loss), every
-/// FUSE subject with every ceiling, and every goal's pair.
+/// FUSE subject with every ceiling of its transport ([`over_uring`]), and
+/// every goal's pair of one class (ptsd over io_uring against ptsd over
+/// /dev/fuse).
 fn pairs(targets: &[TargetInfo]) -> Vec<(Metric, String, String, String)> {
     let mut out: Vec<(Metric, String, String, String)> = Vec::new();
     let mut add = |m: Metric, n: &str, d: &str, class: &str| {
@@ -330,10 +396,21 @@ fn pairs(targets: &[TargetInfo]) -> Vec<(Metric, String, String, String)> {
             }
         }
         if s.fuse {
-            for c in targets.iter().filter(|c| c.role == Role::Ceiling) {
+            for c in targets
+                .iter()
+                .filter(|c| c.role == Role::Ceiling && over_uring(&c.name) == over_uring(&s.name))
+            {
                 for m in [Metric::VarmailOps, Metric::TokubenchFiles] {
                     add(m, &s.name, &c.name, "ceiling");
                 }
+            }
+        }
+    }
+    for g in GOALS {
+        let of = |n: &str| targets.iter().find(|t| t.name == n);
+        if let (Some(n), Some(d)) = (of(g.num), of(g.den)) {
+            if n.role == Role::Subject && d.role == Role::Subject && n.durability == d.durability {
+                add(g.metric, g.num, g.den, n.durability.label());
             }
         }
     }
@@ -594,6 +671,32 @@ pub fn render_table(report: &SuiteReport) -> String {
             }
         }
     }
+    let cpu: Vec<_> = report
+        .summary
+        .iter()
+        .filter(|t| t.varmail_daemon_cpu.is_some() || t.tokubench_daemon_cpu.is_some())
+        .collect();
+    if !cpu.is_empty() {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "FUSE daemon CPU (user+system, all rounds): us per workload op, and CPUs kept busy"
+        );
+        let show = |c: Option<DaemonCpu>| {
+            c.map_or("-".to_string(), |c| {
+                format!("{:.1} us/op, {:.2} CPUs", c.us_per_op, c.cpus)
+            })
+        };
+        for t in cpu {
+            let _ = writeln!(
+                s,
+                "  {:<16} varmail {:<28} tokubench {}",
+                t.target.name,
+                show(t.varmail_daemon_cpu),
+                show(t.tokubench_daemon_cpu)
+            );
+        }
+    }
     if !report.comparisons.is_empty() {
         let _ = writeln!(s);
         let _ = writeln!(
@@ -718,11 +821,30 @@ mod tests {
                     disk_flushes: Some(20),
                     loop_flushes: Vec::new(),
                     requests: vec![("lookup".into(), ops as u64 * 2)],
+                    daemon_cpu_s: Some(0.25),
                 },
             }),
             tokubench: None,
             errors: Vec::new(),
         }
+    }
+
+    #[test]
+    fn each_transport_meets_its_own_ceiling_and_uring_meets_classic() {
+        let t = [
+            info(PTSD, Durability::ProcessCrash, Role::Subject, true),
+            info(PTSD_URING, Durability::ProcessCrash, Role::Subject, true),
+            info(NOOP, Durability::None, Role::Ceiling, true),
+            info("noop-fuse-uring", Durability::None, Role::Ceiling, true),
+        ];
+        let p = pairs(&t);
+        let has = |m: Metric, n: &str, d: &str| p.iter().any(|x| x.0 == m && x.1 == n && x.2 == d);
+        assert!(has(Metric::TokubenchFiles, PTSD_URING, PTSD));
+        assert!(has(Metric::VarmailFsyncP50, PTSD_URING, PTSD));
+        assert!(has(Metric::TokubenchFiles, PTSD, NOOP));
+        assert!(has(Metric::TokubenchFiles, PTSD_URING, "noop-fuse-uring"));
+        assert!(!has(Metric::TokubenchFiles, PTSD, "noop-fuse-uring"));
+        assert!(!has(Metric::TokubenchFiles, PTSD_URING, NOOP));
     }
 
     #[test]

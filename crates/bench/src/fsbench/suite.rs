@@ -22,8 +22,12 @@ use super::{
     VarmailConfig, VarmailResult,
 };
 
-/// ptsd, its journal on /dev/shm (process-crash class).
+/// ptsd over /dev/fuse (fuser, `-o nouring`), its journal on /dev/shm
+/// (process-crash class).
 pub const PTSD: &str = "ptsd";
+/// ptsd over FUSE io_uring (`-o uring`), its journal on /dev/shm
+/// (process-crash class).
+pub const PTSD_URING: &str = "ptsd-uring";
 /// ptsd, its journal a disk file in msync mode (power-loss class).
 pub const PTSD_DURABLE: &str = "ptsd-durable";
 /// ext4 on a loop over a disk image (power-loss class).
@@ -35,8 +39,16 @@ pub const EXT4_SHM: &str = "ext4-shm";
 pub const EXT4_RAMJOURNAL: &str = "ext4-ramjournal";
 /// A directory on the host's own file system (power-loss class).
 pub const HOST: &str = "host-fs";
-/// The no-op FUSE fs: the ceiling.
+/// The no-op FUSE fs over /dev/fuse: the ceiling.
 pub const NOOP: &str = "noop-fuse";
+/// The no-op FUSE fs over io_uring: the ceiling of the io_uring transport.
+pub const NOOP_URING: &str = "noop-fuse-uring";
+
+/// True for the targets served over FUSE io_uring (named `*-uring`): a
+/// FUSE subject is held against the ceiling of its own transport.
+pub fn over_uring(name: &str) -> bool {
+    name.ends_with("-uring")
+}
 
 /// What an acknowledged fsync survives: only targets of one class are
 /// compared with each other.
@@ -186,6 +198,14 @@ impl Mounted {
         }
     }
 
+    /// The spawned daemon's pid (None for the in-process and kernel ones).
+    fn daemon_pid(&self) -> Option<u32> {
+        match self {
+            Mounted::Spawned(m) => m.pid(),
+            _ => None,
+        }
+    }
+
     fn loop_devices(&self) -> &[String] {
         match self {
             Mounted::Ext4(m) => m.devices(),
@@ -305,6 +325,9 @@ pub struct Counters {
     pub loop_flushes: Vec<(String, u64)>,
     /// Requests the FUSE daemon received, per opcode (nonzero only).
     pub requests: Vec<(String, u64)>,
+    /// CPU seconds (user + system) the spawned daemon used; what polling
+    /// costs (`ptsd mount -o uring_poll`).
+    pub daemon_cpu_s: Option<f64>,
 }
 
 /// One workload run on one target in one round.
@@ -350,13 +373,33 @@ pub struct TargetInfo {
 
 /// Counter readings at one moment.
 struct Snapshot {
+    cpu: Option<f64>,
     disk: Option<u64>,
     loops: Vec<(String, Option<u64>)>,
     requests: Option<Vec<u64>>,
 }
 
-fn snapshot(cfg: &SuiteConfig, loops: &[FlushCounter], op_counts: Option<&Path>) -> Snapshot {
+/// CPU seconds (utime + stime, all threads) of process `pid`.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesized name; utime and stime are the 14th
+    // and 15th of the line, the 12th and 13th after it.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory arguments.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks as f64 / hz as f64)
+}
+
+fn snapshot(
+    cfg: &SuiteConfig,
+    loops: &[FlushCounter],
+    op_counts: Option<&Path>,
+    daemon: Option<u32>,
+) -> Snapshot {
     Snapshot {
+        cpu: daemon.and_then(cpu_seconds),
         disk: cfg.disk.as_ref().and_then(FlushCounter::read),
         loops: loops.iter().map(|l| (l.name.clone(), l.read())).collect(),
         requests: op_counts.and_then(|p| ptsd_fs::opcount::read_counts(p).ok()),
@@ -372,6 +415,7 @@ fn counters(a: &Snapshot, b: &Snapshot) -> Counters {
             .zip(&b.loops)
             .filter_map(|((n, a), (_, b))| Some((n.clone(), (*b)?.saturating_sub((*a)?))))
             .collect(),
+        daemon_cpu_s: a.cpu.zip(b.cpu).map(|(a, b)| (b - a).max(0.0)),
         requests: match (&a.requests, &b.requests) {
             (Some(a), Some(b)) => ptsd_fs::opcount::OP_NAMES
                 .iter()
@@ -390,6 +434,7 @@ fn observer<'a>(
     cfg: &'a SuiteConfig,
     loops: &'a [FlushCounter],
     op_counts: Option<&'a Path>,
+    daemon: Option<u32>,
     out: &'a mut Option<Counters>,
 ) -> impl FnMut(Phase) + 'a {
     let mut start = None;
@@ -398,11 +443,11 @@ fn observer<'a>(
             // SAFETY: sync(2) has no preconditions.
             unsafe { libc::sync() };
             std::thread::sleep(cfg.settle);
-            start = Some(snapshot(cfg, loops, op_counts));
+            start = Some(snapshot(cfg, loops, op_counts, daemon));
         }
         Phase::End => {
             if let Some(s) = &start {
-                *out = Some(counters(s, &snapshot(cfg, loops, op_counts)));
+                *out = Some(counters(s, &snapshot(cfg, loops, op_counts, daemon)));
             }
         }
     }
@@ -416,12 +461,13 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
         .filter_map(|d| FlushCounter::device(d))
         .collect();
     let counts = spec.op_counts.as_deref();
+    let daemon = mounted.daemon_pid();
     if !cfg.skip_varmail {
         let mut c = None;
         let r = run_varmail_observed(
             mounted.dir(),
             &cfg.varmail,
-            &mut observer(cfg, &loops, counts, &mut c),
+            &mut observer(cfg, &loops, counts, daemon, &mut c),
         );
         match r {
             Ok(result) => {
@@ -438,7 +484,7 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
         let r = run_tokubench_observed(
             mounted.dir(),
             &cfg.tokubench,
-            &mut observer(cfg, &loops, counts, &mut c),
+            &mut observer(cfg, &loops, counts, daemon, &mut c),
         );
         match r {
             Ok(result) => {
@@ -608,6 +654,7 @@ mod tests {
     #[test]
     fn counters_are_differences() {
         let a = Snapshot {
+            cpu: Some(1.5),
             disk: Some(10),
             loops: vec![("loop0".into(), Some(5))],
             requests: Some(vec![1; ptsd_fs::opcount::OPS]),
@@ -615,12 +662,17 @@ mod tests {
         let mut req = vec![1; ptsd_fs::opcount::OPS];
         req[0] = 4;
         let b = Snapshot {
+            cpu: Some(2.0),
             disk: Some(13),
             loops: vec![("loop0".into(), Some(9))],
             requests: Some(req),
         };
         let c = counters(&a, &b);
         assert_eq!(c.disk_flushes, Some(3));
+        assert_eq!(c.daemon_cpu_s, Some(0.5));
+        // This process's own CPU time reads (and only grows).
+        let me = cpu_seconds(std::process::id()).unwrap();
+        assert!(me >= 0.0 && cpu_seconds(std::process::id()).unwrap() >= me);
         assert_eq!(c.loop_flushes, vec![("loop0".to_string(), 4)]);
         assert_eq!(
             c.requests,

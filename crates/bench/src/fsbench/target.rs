@@ -267,6 +267,11 @@ pub struct SpawnedMount {
 }
 
 impl SpawnedMount {
+    /// The daemon's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Spawns `cmd` (which must mount a FUSE file system on `mountpoint`)
     /// and waits up to `timeout` for the mount. `unmount` is the command
     /// that ends it (default: `umount MOUNTPOINT`).

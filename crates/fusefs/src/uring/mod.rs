@@ -127,13 +127,8 @@ impl UringInit {
         self.killpriv_v2.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn record(
-        &self,
-        offered: bool,
-        negotiated: bool,
-        max_readahead: u32,
-        killpriv_v2: bool,
-    ) {
+    /// Records INIT's outcome (a fuser `init` that asked for io_uring calls this).
+    pub fn record(&self, offered: bool, negotiated: bool, max_readahead: u32, killpriv_v2: bool) {
         self.killpriv_v2.store(killpriv_v2, Ordering::SeqCst);
         self.offered.store(offered, Ordering::SeqCst);
         self.negotiated.store(negotiated, Ordering::SeqCst);
