@@ -95,9 +95,10 @@ pub struct MountArgs {
     /// threads=N, data_dir=PATH, discard_missing_journal; uring / nouring
     /// (FUSE over io_uring where the kernel offers it, the default, or
     /// /dev/fuse only), uring_poll[=MICROSECONDS] (busy-poll the io_uring
-    /// queues that long, 100 by default, before sleeping).
+    /// queues that long, 100 by default, before sleeping). May be given
+    /// more than once; later options win.
     #[arg(short = 'o')]
-    pub options: Option<String>,
+    pub options: Vec<String>,
     /// Ask for FUSE over io_uring (`-o uring`/`-o nouring`).
     #[arg(skip = true)]
     pub uring: bool,
@@ -225,9 +226,7 @@ fn open_stack(a: &MountArgs) -> Result<Stack> {
 
 /// Apply `-o` options from mount(8).
 fn apply_options(a: &mut MountArgs) -> Result<()> {
-    let Some(opts) = a.options.clone() else {
-        return Ok(());
-    };
+    let opts = a.options.join(",");
     for o in opts.split(',').filter(|o| !o.is_empty()) {
         let (k, v) = o
             .split_once('=')
@@ -550,16 +549,16 @@ pub fn mount_helper_main() -> Option<Result<()>> {
     }
     let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
     let mut pos = Vec::new();
-    let mut options = None;
+    let mut options = Vec::new();
     let mut i = 0;
     while i < rest.len() {
         match rest[i].as_str() {
             "-o" => {
-                options = rest.get(i + 1).cloned();
+                options.extend(rest.get(i + 1).cloned());
                 i += 2;
             }
             s if s.starts_with("-o") => {
-                options = Some(s[2..].to_string());
+                options.push(s[2..].to_string());
                 i += 1;
             }
             s if s.starts_with('-') => i += 1, // -n, -v, -s: nothing to do
@@ -627,8 +626,23 @@ mod tests {
         assert_eq!(m.journal_size, 256 << 20);
         apply_options(&mut m).unwrap();
         assert_eq!(m.journal_size, 64 << 20);
-        m.options = Some("journal_size=64 parsecs".into());
+        m.options = vec!["journal_size=64 parsecs".into()];
         let e = apply_options(&mut m).unwrap_err().to_string();
         assert!(e.contains("invalid size \"64 parsecs\""), "{e}");
+        // The transport: io_uring unless told otherwise; -o may repeat.
+        let parse = |args: &[&str]| {
+            let mut m = Mount::try_parse_from(args).unwrap().a;
+            apply_options(&mut m).map(|()| (m.uring, m.uring_poll))
+        };
+        assert_eq!(parse(&["mount", "/mnt"]).unwrap(), (true, None));
+        assert_eq!(
+            parse(&["mount", "/mnt", "-o", "uring", "-o", "nouring"]).unwrap(),
+            (false, None)
+        );
+        assert_eq!(
+            parse(&["mount", "/mnt", "-o", "nouring,uring_poll=50"]).unwrap(),
+            (true, Some(std::time::Duration::from_micros(50)))
+        );
+        assert!(parse(&["mount", "/mnt", "-o", "uring_poll=soon"]).is_err());
     }
 }
