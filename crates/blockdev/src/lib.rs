@@ -27,6 +27,7 @@ mod corrupt;
 mod crash;
 mod error;
 mod file;
+pub mod le;
 mod mem;
 pub mod size;
 mod uring;

@@ -31,6 +31,7 @@
 //! the recovered map, so the trim records can go. After a clean shutdown the
 //! checkpoint's GTD is read back and nothing is scanned.
 
+use ptsd_blockdev::le::{get_u32, get_u64, put_u32, put_u64};
 use ptsd_blockdev::BlockDevice;
 use thiserror::Error;
 
@@ -123,24 +124,16 @@ fn geometry_string(cfg: &FtlConfig, logical: u64) -> String {
 fn encode_header(cfg: &FtlConfig, clean: bool, out: &mut [u8]) {
     out.fill(0);
     out[..8].copy_from_slice(MAGIC);
-    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    out[12..16].copy_from_slice(&cfg.page_size.to_le_bytes());
-    out[16..20].copy_from_slice(&cfg.channels.to_le_bytes());
-    out[20..24].copy_from_slice(&cfg.chips_per_channel.to_le_bytes());
-    out[24..28].copy_from_slice(&cfg.blocks_per_chip.to_le_bytes());
-    out[28..32].copy_from_slice(&cfg.pages_per_block.to_le_bytes());
-    out[32..40].copy_from_slice(&cfg.logical_pages().to_le_bytes());
+    put_u32(out, 8, VERSION);
+    put_u32(out, 12, cfg.page_size);
+    put_u32(out, 16, cfg.channels);
+    put_u32(out, 20, cfg.chips_per_channel);
+    put_u32(out, 24, cfg.blocks_per_chip);
+    put_u32(out, 28, cfg.pages_per_block);
+    put_u64(out, 32, cfg.logical_pages());
     out[40] = u8::from(clean);
     let crc = crc32c::crc32c(&out[..44]);
-    out[44..48].copy_from_slice(&crc.to_le_bytes());
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+    put_u32(out, 44, crc);
 }
 
 /// `None` = a blank (all-zero) header; `Some(clean)` = a valid image.
@@ -151,22 +144,22 @@ fn decode_header(cfg: &FtlConfig, b: &[u8]) -> Result<Option<bool>, ImageError> 
     if &b[..8] != MAGIC {
         return Err(ImageError::NotAnImage);
     }
-    if crc32c::crc32c(&b[..44]) != u32_at(b, 44) {
+    if crc32c::crc32c(&b[..44]) != get_u32(b, 44) {
         return Err(ImageError::HeaderChecksum);
     }
-    let version = u32_at(b, 8);
+    let version = get_u32(b, 8);
     if version != VERSION {
         return Err(ImageError::Version(version));
     }
     let found = FtlConfig {
-        page_size: u32_at(b, 12),
-        channels: u32_at(b, 16),
-        chips_per_channel: u32_at(b, 20),
-        blocks_per_chip: u32_at(b, 24),
-        pages_per_block: u32_at(b, 28),
+        page_size: get_u32(b, 12),
+        channels: get_u32(b, 16),
+        chips_per_channel: get_u32(b, 20),
+        blocks_per_chip: get_u32(b, 24),
+        pages_per_block: get_u32(b, 28),
         ..FtlConfig::default()
     };
-    let found_logical = u64_at(b, 32);
+    let found_logical = get_u64(b, 32);
     let (fs, es) = (
         geometry_string(&found, found_logical),
         geometry_string(cfg, cfg.logical_pages()),
@@ -193,12 +186,12 @@ fn encode_oob(oob: &Oob, data_crc: u32, out: &mut [u8]) {
         return;
     }
     out[0] = oob.kind as u8;
-    out[4..8].copy_from_slice(&oob.id.to_le_bytes());
-    out[8..16].copy_from_slice(&oob.seq.to_le_bytes());
-    out[16..24].copy_from_slice(&oob.aux.to_le_bytes());
-    out[24..28].copy_from_slice(&data_crc.to_le_bytes());
+    put_u32(out, 4, oob.id);
+    put_u64(out, 8, oob.seq);
+    put_u64(out, 16, oob.aux);
+    put_u32(out, 24, data_crc);
     let crc = crc32c::crc32c(&out[..28]);
-    out[28..32].copy_from_slice(&crc.to_le_bytes());
+    put_u32(out, 28, crc);
 }
 
 fn decode_oob(b: &[u8]) -> Option<Entry> {
@@ -208,17 +201,17 @@ fn decode_oob(b: &[u8]) -> Option<Entry> {
         3 => PageKind::Trim,
         _ => return None,
     };
-    if crc32c::crc32c(&b[..28]) != u32_at(b, 28) {
+    if crc32c::crc32c(&b[..28]) != get_u32(b, 28) {
         return None;
     }
     Some(Entry {
         oob: Oob {
             kind,
-            id: u32_at(b, 4),
-            seq: u64_at(b, 8),
-            aux: u64_at(b, 16),
+            id: get_u32(b, 4),
+            seq: get_u64(b, 8),
+            aux: get_u64(b, 16),
         },
-        data_crc: u32_at(b, 24),
+        data_crc: get_u32(b, 24),
     })
 }
 
@@ -581,24 +574,24 @@ impl Ssd {
         };
         let lay = store.lay;
         let mut ck = vec![0u8; (lay.ckpt_pages as usize) * lay.page];
-        ck[..8].copy_from_slice(&self.seq.to_le_bytes());
-        ck[8..16].copy_from_slice(&g.map_pages.to_le_bytes());
-        ck[16..24].copy_from_slice(&g.total_blocks().to_le_bytes());
+        put_u64(&mut ck, 0, self.seq);
+        put_u64(&mut ck, 8, g.map_pages);
+        put_u64(&mut ck, 16, g.total_blocks());
         let mut at = 32;
         for &p in &self.gtd {
-            ck[at..at + 4].copy_from_slice(&p.to_le_bytes());
+            put_u32(&mut ck, at, p);
             at += 4;
         }
         for &s in &self.gtd_seq {
-            ck[at..at + 8].copy_from_slice(&s.to_le_bytes());
+            put_u64(&mut ck, at, s);
             at += 8;
         }
         for &e in &self.flash.erases {
-            ck[at..at + 4].copy_from_slice(&e.to_le_bytes());
+            put_u32(&mut ck, at, e);
             at += 4;
         }
         let crc = crc32c::crc32c(&ck[..at]);
-        ck[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+        put_u32(&mut ck, at, crc);
         let store = self.persistent_store().expect("checked above");
         store.write_pages(lay.ckpt_first, &ck)?;
         store.dev.flush().map_err(StoreError::from)?;

@@ -16,6 +16,8 @@
 //! operation on one inode never shares a metadata block with an operation on
 //! another (no false sharing between concurrent journal transactions).
 
+use ptsd_blockdev::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
+
 use crate::error::FormatError;
 
 /// Bytes per file-system block. The device's block size must match.
@@ -68,25 +70,6 @@ pub const DIRENT_FIXED: usize = 18;
 pub const STATE_CLEAN: u32 = 1;
 /// Superblock state: mounted (or crashed while mounted).
 pub const STATE_DIRTY: u32 = 2;
-
-fn get_u16(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn get_u32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn get_u64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
-fn put_u16(b: &mut [u8], o: usize, v: u16) {
-    b[o..o + 2].copy_from_slice(&v.to_le_bytes());
-}
-fn put_u32(b: &mut [u8], o: usize, v: u32) {
-    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
-}
-fn put_u64(b: &mut [u8], o: usize, v: u64) {
-    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
-}
 
 /// crc32c of a block with its crc field (4 bytes at `at`) taken as zero.
 fn block_crc(b: &[u8], at: usize) -> u32 {

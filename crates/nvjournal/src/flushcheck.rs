@@ -52,6 +52,7 @@ use std::sync::OnceLock;
 use std::thread::ThreadId;
 
 use parking_lot::Mutex;
+use ptsd_blockdev::le::get_u64;
 
 use crate::flush::CACHE_LINE;
 use crate::layout::{Geometry, Record, SlotHeader, FLAG_AT, FLAG_STAGED, SB_SIZE, SLOT_HEADER};
@@ -186,10 +187,6 @@ impl<R> Drop for FlushCheck<R> {
     }
 }
 
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
 fn lines_of(offset: usize, len: usize) -> std::ops::Range<usize> {
     if len == 0 {
         return 0..0;
@@ -300,10 +297,10 @@ impl Shadow {
                 }
                 let off = geo.slot_offset(p, pos);
                 let slot = &self.current[off..off + slot_len];
-                if le64(slot, 8) != pos {
+                if get_u64(slot, 8) != pos {
                     continue; // not written in this lap: recovery skips it
                 }
-                let epoch = le64(slot, 32);
+                let epoch = get_u64(slot, 32);
                 if epoch > rec.epoch || rec.excluded.contains(&epoch) {
                     continue; // not committed by this record
                 }
@@ -361,7 +358,8 @@ impl Shadow {
             if flag < offset || flag + 8 > offset + len {
                 continue;
             }
-            if le64(&self.current, flag) != FLAG_STAGED || le64(&self.durable, flag) == FLAG_STAGED
+            if get_u64(&self.current, flag) != FLAG_STAGED
+                || get_u64(&self.durable, flag) == FLAG_STAGED
             {
                 continue;
             }
@@ -369,7 +367,7 @@ impl Shadow {
             let what = format!(
                 "flag set: slot {}/{} ",
                 s / geo.slots as usize,
-                le64(&self.current, slot + 8)
+                get_u64(&self.current, slot + 8)
             );
             found.extend(self.not_durable(slot, FLAG_AT, &format!("{what}header")));
             found.extend(self.not_durable(

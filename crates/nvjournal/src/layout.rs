@@ -10,6 +10,8 @@
 //! slot = 64-byte header + one block of payload
 //! ```
 
+use ptsd_blockdev::le::{get_u32, get_u64, put_u32, put_u64};
+
 use crate::error::FormatError;
 
 pub(crate) const SB_MAGIC: [u8; 8] = *b"PTSDNVJL";
@@ -31,19 +33,6 @@ pub(crate) const FLAG_ABORTED: u64 = 0x4142_4f52_5445_4421;
 
 /// Largest supported partition count.
 pub const MAX_PARTITIONS: u32 = 256;
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
-}
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-fn put64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
 
 /// Geometry of a journal region, as stored in its superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,20 +133,20 @@ impl Geometry {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; SB_SIZE];
         b[0..8].copy_from_slice(&SB_MAGIC);
-        put32(&mut b, 8, SB_VERSION);
-        put32(&mut b, 12, self.partitions);
-        put32(&mut b, 16, self.block_size);
-        put32(&mut b, 20, self.record_count);
-        put64(&mut b, 24, self.slots);
-        put64(&mut b, 32, self.slot_size);
-        put64(&mut b, 40, self.commit_offset);
-        put64(&mut b, 48, self.record_size);
-        put64(&mut b, 56, self.ring_offset);
-        put64(&mut b, 64, self.region_len);
-        put64(&mut b, 72, self.device_blocks);
-        put32(&mut b, 80, self.device_block_size);
+        put_u32(&mut b, 8, SB_VERSION);
+        put_u32(&mut b, 12, self.partitions);
+        put_u32(&mut b, 16, self.block_size);
+        put_u32(&mut b, 20, self.record_count);
+        put_u64(&mut b, 24, self.slots);
+        put_u64(&mut b, 32, self.slot_size);
+        put_u64(&mut b, 40, self.commit_offset);
+        put_u64(&mut b, 48, self.record_size);
+        put_u64(&mut b, 56, self.ring_offset);
+        put_u64(&mut b, 64, self.region_len);
+        put_u64(&mut b, 72, self.device_blocks);
+        put_u32(&mut b, 80, self.device_block_size);
         let crc = crc32c::crc32c(&b[..SB_CRC_AT]);
-        put32(&mut b, SB_CRC_AT, crc);
+        put_u32(&mut b, SB_CRC_AT, crc);
         b
     }
 
@@ -170,25 +159,25 @@ impl Geometry {
         if b[0..8] != SB_MAGIC {
             return Err(FormatError::BadMagic);
         }
-        let version = le32(b, 8);
+        let version = get_u32(b, 8);
         if version != SB_VERSION {
             return Err(FormatError::UnsupportedVersion(version));
         }
-        if crc32c::crc32c(&b[..SB_CRC_AT]) != le32(b, SB_CRC_AT) {
+        if crc32c::crc32c(&b[..SB_CRC_AT]) != get_u32(b, SB_CRC_AT) {
             return Err(FormatError::BadChecksum("superblock"));
         }
         let stored = Self {
-            partitions: le32(b, 12),
-            block_size: le32(b, 16),
-            record_count: le32(b, 20),
-            slots: le64(b, 24),
-            slot_size: le64(b, 32),
-            commit_offset: le64(b, 40),
-            record_size: le64(b, 48),
-            ring_offset: le64(b, 56),
-            region_len: le64(b, 64),
-            device_blocks: le64(b, 72),
-            device_block_size: le32(b, 80),
+            partitions: get_u32(b, 12),
+            block_size: get_u32(b, 16),
+            record_count: get_u32(b, 20),
+            slots: get_u64(b, 24),
+            slot_size: get_u64(b, 32),
+            commit_offset: get_u64(b, 40),
+            record_size: get_u64(b, 48),
+            ring_offset: get_u64(b, 56),
+            region_len: get_u64(b, 64),
+            device_blocks: get_u64(b, 72),
+            device_block_size: get_u32(b, 80),
         };
         if stored.region_len > region_len {
             return Err(FormatError::Geometry(format!(
@@ -291,30 +280,30 @@ impl Record {
         b.clear();
         b.resize(crc_at + 4, 0);
         let b = &mut b[..];
-        put32(b, 0, REC_MAGIC);
-        put32(b, 4, self.kind as u32);
-        put64(b, 8, self.seq);
-        put64(b, 16, self.epoch);
-        put32(b, 24, n as u32);
-        put32(b, 28, k as u32);
+        put_u32(b, 0, REC_MAGIC);
+        put_u32(b, 4, self.kind as u32);
+        put_u64(b, 8, self.seq);
+        put_u64(b, 16, self.epoch);
+        put_u32(b, 24, n as u32);
+        put_u32(b, 28, k as u32);
         for i in 0..n {
-            put64(b, 32 + 8 * i, self.heads[i]);
-            put64(b, 32 + 8 * n + 8 * i, self.tails[i]);
+            put_u64(b, 32 + 8 * i, self.heads[i]);
+            put_u64(b, 32 + 8 * n + 8 * i, self.tails[i]);
         }
         for (i, &e) in self.excluded.iter().enumerate() {
-            put64(b, 32 + 16 * n + 8 * i, e);
+            put_u64(b, 32 + 16 * n + 8 * i, e);
         }
         let crc = crc32c::crc32c(&b[..crc_at]);
-        put32(b, crc_at, crc);
+        put_u32(b, crc_at, crc);
     }
 
     /// Parse a record; `None` if it is torn, foreign or inconsistent.
     pub(crate) fn decode(b: &[u8], partitions: u32) -> Option<Self> {
         let n = partitions as usize;
-        if b.len() < 32 || le32(b, 0) != REC_MAGIC || le32(b, 24) != partitions {
+        if b.len() < 32 || get_u32(b, 0) != REC_MAGIC || get_u32(b, 24) != partitions {
             return None;
         }
-        let k = le32(b, 28) as usize;
+        let k = get_u32(b, 28) as usize;
         if k > MAX_EXCLUDED {
             return None;
         }
@@ -322,16 +311,16 @@ impl Record {
         if b.len() < crc_at + 4 {
             return None;
         }
-        if crc32c::crc32c(&b[..crc_at]) != le32(b, crc_at) {
+        if crc32c::crc32c(&b[..crc_at]) != get_u32(b, crc_at) {
             return None;
         }
-        let heads: Vec<u64> = (0..n).map(|i| le64(b, 32 + 8 * i)).collect();
-        let tails: Vec<u64> = (0..n).map(|i| le64(b, 32 + 8 * n + 8 * i)).collect();
-        let excluded: Vec<u64> = (0..k).map(|i| le64(b, 32 + 16 * n + 8 * i)).collect();
+        let heads: Vec<u64> = (0..n).map(|i| get_u64(b, 32 + 8 * i)).collect();
+        let tails: Vec<u64> = (0..n).map(|i| get_u64(b, 32 + 8 * n + 8 * i)).collect();
+        let excluded: Vec<u64> = (0..k).map(|i| get_u64(b, 32 + 16 * n + 8 * i)).collect();
         Some(Self {
-            kind: RecordKind::from_u32(le32(b, 4))?,
-            seq: le64(b, 8),
-            epoch: le64(b, 16),
+            kind: RecordKind::from_u32(get_u32(b, 4))?,
+            seq: get_u64(b, 8),
+            epoch: get_u64(b, 16),
             excluded,
             heads,
             tails,
@@ -352,14 +341,14 @@ impl SlotHeader {
     /// Encode with the flag word zero; the crc covers header and payload.
     pub(crate) fn encode(&self, payload: &[u8]) -> [u8; SLOT_HEADER] {
         let mut b = [0u8; SLOT_HEADER];
-        put32(&mut b, 0, SLOT_MAGIC);
-        put32(&mut b, 4, payload.len() as u32);
-        put64(&mut b, 8, self.pos);
-        put64(&mut b, 16, self.block);
-        put64(&mut b, 24, self.txid);
-        put64(&mut b, 32, self.epoch);
+        put_u32(&mut b, 0, SLOT_MAGIC);
+        put_u32(&mut b, 4, payload.len() as u32);
+        put_u64(&mut b, 8, self.pos);
+        put_u64(&mut b, 16, self.block);
+        put_u64(&mut b, 24, self.txid);
+        put_u64(&mut b, 32, self.epoch);
         let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..SLOT_CRC_AT]), payload);
-        put32(&mut b, SLOT_CRC_AT, crc);
+        put_u32(&mut b, SLOT_CRC_AT, crc);
         b
     }
 
@@ -370,22 +359,22 @@ impl SlotHeader {
             return None;
         }
         let (h, payload) = slot.split_at(SLOT_HEADER);
-        if le32(h, 0) != SLOT_MAGIC
-            || le32(h, 4) != block_size
-            || le64(h, 8) != pos
-            || le64(h, FLAG_AT) != FLAG_STAGED
+        if get_u32(h, 0) != SLOT_MAGIC
+            || get_u32(h, 4) != block_size
+            || get_u64(h, 8) != pos
+            || get_u64(h, FLAG_AT) != FLAG_STAGED
         {
             return None;
         }
         let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..SLOT_CRC_AT]), payload);
-        if crc != le32(h, SLOT_CRC_AT) {
+        if crc != get_u32(h, SLOT_CRC_AT) {
             return None;
         }
         Some(Self {
             pos,
-            block: le64(h, 16),
-            txid: le64(h, 24),
-            epoch: le64(h, 32),
+            block: get_u64(h, 16),
+            txid: get_u64(h, 24),
+            epoch: get_u64(h, 32),
         })
     }
 }

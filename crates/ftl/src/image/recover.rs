@@ -2,12 +2,13 @@
 //! from the OOB entries and mapping pages after a power cut (see the parent
 //! module's docs for the rules).
 
-use super::{u32_at, u64_at, Entry, ImageError, PersistentStore};
+use super::{Entry, ImageError, PersistentStore};
 use crate::config::FtlConfig;
 use crate::error::FtlError;
 use crate::flash::{POOL_DATA, POOL_FREE, POOL_MAP};
 use crate::ssd::UNMAPPED;
 use crate::store::{PageKind, StoreError};
+use ptsd_blockdev::le::{get_u32, get_u64};
 
 /// What recovery found, to install into a fresh `Ssd`.
 pub(super) struct Recovered {
@@ -32,17 +33,17 @@ pub(super) fn recover_clean(cfg: &FtlConfig, s: &PersistentStore) -> Result<Reco
     let m = g.map_pages as usize;
     let blocks = g.total_blocks() as usize;
     let end = 32 + 12 * m + 4 * blocks;
-    if u64_at(&ck, 8) != g.map_pages
-        || u64_at(&ck, 16) != g.total_blocks()
-        || crc32c::crc32c(&ck[..end]) != u32_at(&ck, end)
+    if get_u64(&ck, 8) != g.map_pages
+        || get_u64(&ck, 16) != g.total_blocks()
+        || crc32c::crc32c(&ck[..end]) != get_u32(&ck, end)
     {
         return Err(StoreError::from(ImageError::CheckpointChecksum).into());
     }
-    let seq = u64_at(&ck, 0);
-    let gtd: Vec<u32> = (0..m).map(|i| u32_at(&ck, 32 + 4 * i)).collect();
-    let gtd_seq: Vec<u64> = (0..m).map(|i| u64_at(&ck, 32 + 4 * m + 8 * i)).collect();
+    let seq = get_u64(&ck, 0);
+    let gtd: Vec<u32> = (0..m).map(|i| get_u32(&ck, 32 + 4 * i)).collect();
+    let gtd_seq: Vec<u64> = (0..m).map(|i| get_u64(&ck, 32 + 4 * m + 8 * i)).collect();
     let erases: Vec<u32> = (0..blocks)
-        .map(|i| u32_at(&ck, 32 + 12 * m + 4 * i))
+        .map(|i| get_u32(&ck, 32 + 12 * m + 4 * i))
         .collect();
     let mut l2p = vec![UNMAPPED; g.logical_pages as usize];
     let epp = g.entries_per_map_page as usize;
@@ -60,7 +61,7 @@ pub(super) fn recover_clean(cfg: &FtlConfig, s: &PersistentStore) -> Result<Reco
         for i in 0..epp {
             let lpn = mpn * epp + i;
             if lpn < l2p.len() {
-                let v = u32_at(&page, 4 * i);
+                let v = get_u32(&page, 4 * i);
                 l2p[lpn] = if u64::from(v) < g.physical_pages {
                     v
                 } else {
@@ -199,7 +200,7 @@ pub(super) fn recover_after_cut(
             if lpn >= l2p.len() {
                 break;
             }
-            let v = u32_at(&page, 4 * i);
+            let v = get_u32(&page, 4 * i);
             if v == UNMAPPED {
                 continue;
             }
@@ -225,13 +226,13 @@ pub(super) fn recover_after_cut(
         s.dev
             .read(s.data_block(tp), &mut page)
             .map_err(StoreError::from)?;
-        let n = (u64_at(&page, 0) as usize).min((lay.page - 8) / 16);
+        let n = (get_u64(&page, 0) as usize).min((lay.page - 8) / 16);
         for k in 0..n {
             let at = 8 + 16 * k;
             let (first, count, sq) = (
-                u32_at(&page, at),
-                u32_at(&page, at + 4),
-                u64_at(&page, at + 8),
+                get_u32(&page, at),
+                get_u32(&page, at + 4),
+                get_u64(&page, at + 8),
             );
             for lpn in u64::from(first)..(u64::from(first) + u64::from(count)).min(g.logical_pages)
             {

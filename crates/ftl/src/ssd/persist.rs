@@ -1,5 +1,7 @@
 //! Persistence of discards and checkpoints of the map.
 
+use ptsd_blockdev::le::{put_u32, put_u64};
+
 use super::{Cause, Ssd};
 use crate::error::FtlError;
 use crate::flash::TRIM_OWNER;
@@ -21,12 +23,12 @@ impl Ssd {
             self.seq += 1;
             let mut content = std::mem::take(&mut self.scratch);
             content.fill(0);
-            content[..8].copy_from_slice(&(chunk.len() as u64).to_le_bytes());
+            put_u64(&mut content, 0, chunk.len() as u64);
             for (k, &(first, n, seq)) in chunk.iter().enumerate() {
                 let at = 8 + 16 * k;
-                content[at..at + 4].copy_from_slice(&first.to_le_bytes());
-                content[at + 4..at + 8].copy_from_slice(&n.to_le_bytes());
-                content[at + 8..at + 16].copy_from_slice(&seq.to_le_bytes());
+                put_u32(&mut content, at, first);
+                put_u32(&mut content, at + 4, n);
+                put_u64(&mut content, at + 8, seq);
             }
             let oob = Oob {
                 kind: PageKind::Trim,
