@@ -28,6 +28,9 @@ enum Target {
     /// ptsd over FUSE io_uring (`ptsd mount -o uring`; turns the kernel's
     /// `fuse.enable_uring` on, as root): process-crash class.
     PtsdUring,
+    /// ptsd over FUSE io_uring busy-polling its queues (`-o uring_poll`,
+    /// 100 us after each reply): what polling buys, and its CPU.
+    PtsdUringPoll,
     /// ptsd with its journal a file in the work dir (msync mode): power-loss class.
     PtsdDurable,
     /// ext4 on a loop over a disk image in the work dir: power-loss anchor.
@@ -167,6 +170,7 @@ fn ptsd_spawn(
     counts: &Path,
     uring: bool,
 ) -> Result<SpawnSpec> {
+    let poll = name == suite::PTSD_URING_POLL;
     let mountpoint = p.scratch.join(name);
     // In the foreground, so the daemon is our child and its exit after
     // `umount` (a clean checkpoint) is waited for.
@@ -177,7 +181,12 @@ fn ptsd_spawn(
     ]);
     args.extend(["--journal".into(), journal.into_os_string()]);
     args.extend(["--op-counts".into(), counts.as_os_str().to_owned()]);
-    args.extend(["-o".into(), if uring { "uring" } else { "nouring" }.into()]);
+    let transport = match (uring, poll) {
+        (_, true) => "uring_poll",
+        (true, false) => "uring",
+        (false, false) => "nouring",
+    };
+    args.extend(["-o".into(), transport.into()]);
     args.extend(a.ptsd_mount_args.iter().cloned());
     args.push(mountpoint.clone().into());
     Ok(SpawnSpec {
@@ -299,15 +308,20 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                 }
             }
         },
-        Target::PtsdUring => {
-            let counts = p.shm_file("ptsd-uring.opcounts");
-            let journal = p.shm_file("ptsd-uring.journal");
+        Target::PtsdUring | Target::PtsdUringPoll => {
+            let name = if t == Target::PtsdUring {
+                suite::PTSD_URING
+            } else {
+                suite::PTSD_URING_POLL
+            };
+            let counts = p.shm_file(&format!("{name}.opcounts"));
+            let journal = p.shm_file(&format!("{name}.journal"));
             TargetSpec {
-                name: suite::PTSD_URING.into(),
+                name: name.into(),
                 durability: Durability::ProcessCrash,
                 role: Role::Subject,
                 fuse: true,
-                setup: Setup::Spawned(ptsd_spawn(a, p, suite::PTSD_URING, journal, &counts, true)?),
+                setup: Setup::Spawned(ptsd_spawn(a, p, name, journal, &counts, true)?),
                 op_counts: Some(counts),
             }
         }
@@ -389,10 +403,12 @@ pub fn run(a: FsArgs) -> Result<()> {
         );
     }
 
-    if a.targets
-        .iter()
-        .any(|t| matches!(t, Target::PtsdUring | Target::NoopUring))
-    {
+    if a.targets.iter().any(|t| {
+        matches!(
+            t,
+            Target::PtsdUring | Target::PtsdUringPoll | Target::NoopUring
+        )
+    }) {
         // Off by default; an io_uring target that silently fell back to
         // /dev/fuse would measure the wrong thing.
         use ptsd_fs::uring::{enable, Availability};
@@ -473,7 +489,12 @@ pub fn run(a: FsArgs) -> Result<()> {
             work_dir.display()
         );
     } else {
-        for name in [suite::PTSD, suite::PTSD_URING, suite::PTSD_DURABLE] {
+        for name in [
+            suite::PTSD,
+            suite::PTSD_URING,
+            suite::PTSD_URING_POLL,
+            suite::PTSD_DURABLE,
+        ] {
             let _ = std::fs::remove_file(paths.shm_file(&format!("{name}.journal")));
         }
         if a.work_dir.is_none() {

@@ -28,6 +28,8 @@ pub const PTSD: &str = "ptsd";
 /// ptsd over FUSE io_uring (`-o uring`), its journal on /dev/shm
 /// (process-crash class).
 pub const PTSD_URING: &str = "ptsd-uring";
+/// ptsd over FUSE io_uring busy-polling its queues (`-o uring_poll`).
+pub const PTSD_URING_POLL: &str = "ptsd-uring-poll";
 /// ptsd, its journal a disk file in msync mode (power-loss class).
 pub const PTSD_DURABLE: &str = "ptsd-durable";
 /// ext4 on a loop over a disk image (power-loss class).
@@ -44,10 +46,10 @@ pub const NOOP: &str = "noop-fuse";
 /// The no-op FUSE fs over io_uring: the ceiling of the io_uring transport.
 pub const NOOP_URING: &str = "noop-fuse-uring";
 
-/// True for the targets served over FUSE io_uring (named `*-uring`): a
+/// True for the targets served over FUSE io_uring (named `*-uring*`): a
 /// FUSE subject is held against the ceiling of its own transport.
 pub fn over_uring(name: &str) -> bool {
-    name.ends_with("-uring")
+    name.contains("-uring")
 }
 
 /// What an acknowledged fsync survives: only targets of one class are
