@@ -29,14 +29,6 @@ pub enum FtlKind {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SchedKind {
-    /// Requests in arrival order.
-    Fifo,
-    /// PTSD's write_stop: serve queued reads before a buffer flush.
-    ReadPriority,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TraceFormatArg {
     Msr,
     Blkparse,
@@ -73,10 +65,10 @@ pub struct SimArgs {
     /// PTSD: share of the mapping cache for clean pages.
     #[arg(long, default_value_t = 0.5)]
     clean_ratio: f64,
-    /// Interface-queue scheduler [default: read-priority for ptsd, fifo
-    /// otherwise].
-    #[arg(long, value_enum)]
-    sched: Option<SchedKind>,
+    /// Interface-queue scheduler: fifo or read-priority [default:
+    /// read-priority for ptsd, fifo otherwise].
+    #[arg(long)]
+    sched: Option<SchedulerKind>,
     /// Logical capacity (e.g. 16GiB, 512MiB; K/M/G/T = powers of 1024,
     /// KB/MB/GB = powers of 1000).
     #[arg(long, default_value = "16GiB", value_parser = parse_size)]
@@ -243,8 +235,7 @@ impl SimArgs {
             bail!("--entry-dirty and --adaptive apply to --ftl ptsd only");
         }
         cfg.scheduler = match self.sched {
-            Some(SchedKind::Fifo) => SchedulerKind::Fifo,
-            Some(SchedKind::ReadPriority) => SchedulerKind::ReadPriority,
+            Some(s) => s,
             None if self.ftl == FtlKind::Ptsd => SchedulerKind::ReadPriority,
             None => SchedulerKind::Fifo,
         };

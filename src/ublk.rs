@@ -6,7 +6,7 @@ use ptsd_blockdev::size::parse_size;
 use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
-use ptsd_ublk::{LockMode, SchedKind};
+use ptsd_ublk::{LockMode, SchedulerKind};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -98,7 +98,7 @@ pub struct AddArgs {
     /// FTL variant's own — FIFO for page/dftl, read priority for ptsd;
     /// read priority for plain devices).
     #[arg(long)]
-    sched: Option<SchedKind>,
+    sched: Option<SchedulerKind>,
     /// Hand-off between queues and device: swap (one lock per batch) or
     /// per-request.
     #[arg(long, default_value = "swap", value_parser = parse_lock_mode)]

@@ -71,6 +71,8 @@ impl SchemeConfig {
 }
 
 /// Order in which the controller takes requests from the interface queue.
+/// The block target (`ptsd-ublk`) orders the requests of plain block devices
+/// by the same two policies, named by this same type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SchedulerKind {
@@ -78,8 +80,29 @@ pub enum SchedulerKind {
     Fifo,
     /// PTSD's `write_stop`: when a write finds the buffer full, serve only
     /// reads until none is queued, then flush (see [`WriteStop`] for what
-    /// happens to that write).
+    /// happens to that write). For a plain block device: reads ahead of
+    /// writes that do not overlap them, nothing crossing a FLUSH.
+    // The alias reads device specs that block targets stored before the
+    // two scheduler enums became this one.
+    #[serde(alias = "read-priority")]
     ReadPriority,
+}
+
+/// A scheduler name that is neither `fifo` nor `read-priority`.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("unknown scheduler {0:?} (expected fifo or read-priority)")]
+pub struct UnknownScheduler(pub String);
+
+impl std::str::FromStr for SchedulerKind {
+    type Err = UnknownScheduler;
+    /// `fifo`, or `read-priority` (also `read_priority`, `rp`).
+    fn from_str(s: &str) -> Result<Self, UnknownScheduler> {
+        match s {
+            "fifo" => Ok(SchedulerKind::Fifo),
+            "read-priority" | "read_priority" | "rp" => Ok(SchedulerKind::ReadPriority),
+            other => Err(UnknownScheduler(other.to_owned())),
+        }
+    }
 }
 
 /// How the read-priority scheduler treats the write that raised

@@ -52,8 +52,8 @@ pub mod store;
 mod timeline;
 
 pub use config::{
-    ConfigError, FtlConfig, GcConfig, GcPolicy, SchedulerKind, SchemeConfig, StoreKind, Variant,
-    WriteStop,
+    ConfigError, FtlConfig, GcConfig, GcPolicy, SchedulerKind, SchemeConfig, StoreKind,
+    UnknownScheduler, Variant, WriteStop,
 };
 pub use counters::{ByCause, FtlStats};
 pub use device::{Clock, SsdDevice, VirtualClock, WallClock};

@@ -16,7 +16,7 @@ use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
 use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::handoff::LockMode;
 use ptsd_ublk::request::{op, RawDesc};
-use ptsd_ublk::sched::SchedKind;
+use ptsd_ublk::sched::SchedulerKind;
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ fn thread_cpu_time() -> Duration {
 
 fn backends() -> Vec<(String, Box<dyn Backend>)> {
     let mut v: Vec<(String, Box<dyn Backend>)> = Vec::new();
-    for sched in [SchedKind::Fifo, SchedKind::ReadPriority] {
+    for sched in [SchedulerKind::Fifo, SchedulerKind::ReadPriority] {
         v.push((
             format!("mem-{sched:?}"),
             Box::new(DirectBackend::new(
@@ -185,7 +185,10 @@ struct RunCost {
 /// their completions arrive, as the block layer does: only the target's
 /// threads poll (with `poll`).
 fn threaded_run(lock_mode: LockMode, poll: bool, queues: u16, depth: u16, total: u64) -> RunCost {
-    let backend = DirectBackend::new(MemDevice::new(BS, BLOCKS).unwrap(), SchedKind::ReadPriority);
+    let backend = DirectBackend::new(
+        MemDevice::new(BS, BLOCKS).unwrap(),
+        SchedulerKind::ReadPriority,
+    );
     let config = EngineConfig {
         queues,
         depth,
@@ -334,7 +337,10 @@ fn handoff_queue_only(mode: LockMode, total: u64) -> Duration {
 /// Round-trip latencies (ns, sorted) of `n` single 4 KiB reads, one
 /// queue, the target's threads polling or sleeping, the client sleeping.
 fn qd1_latencies(poll: bool, n: usize) -> Vec<u64> {
-    let backend = DirectBackend::new(MemDevice::new(BS, BLOCKS).unwrap(), SchedKind::ReadPriority);
+    let backend = DirectBackend::new(
+        MemDevice::new(BS, BLOCKS).unwrap(),
+        SchedulerKind::ReadPriority,
+    );
     let config = EngineConfig {
         queues: 1,
         depth: 1,

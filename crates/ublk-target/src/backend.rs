@@ -6,7 +6,7 @@
 //! (`crate::ftl`) that releases completions at the time the NAND model says.
 
 use crate::request::{IoCmd, IoOp};
-use crate::sched::{SchedKind, Scheduler};
+use crate::sched::{Scheduler, SchedulerKind};
 use ptsd_blockdev::{BlockDevice, BlockError};
 use std::path::PathBuf;
 use thiserror::Error;
@@ -172,8 +172,8 @@ pub fn block_errno(e: &BlockError) -> i32 {
 /// ```
 /// use ptsd_blockdev::MemDevice;
 /// use ptsd_ublk::backend::{Backend, DirectBackend};
-/// use ptsd_ublk::sched::SchedKind;
-/// let b = DirectBackend::new(MemDevice::new(4096, 64).unwrap(), SchedKind::ReadPriority);
+/// use ptsd_ublk::sched::SchedulerKind;
+/// let b = DirectBackend::new(MemDevice::new(4096, 64).unwrap(), SchedulerKind::ReadPriority);
 /// assert_eq!(b.num_blocks(), 64);
 /// ```
 pub struct DirectBackend<D: BlockDevice> {
@@ -184,7 +184,7 @@ pub struct DirectBackend<D: BlockDevice> {
 
 impl<D: BlockDevice> DirectBackend<D> {
     /// A backend serving `dev`, ordering requests by `sched`.
-    pub fn new(dev: D, sched: SchedKind) -> Self {
+    pub fn new(dev: D, sched: SchedulerKind) -> Self {
         DirectBackend {
             dev,
             sched: Scheduler::new(sched),

@@ -185,8 +185,8 @@ impl Engine {
     /// use ptsd_blockdev::MemDevice;
     /// use ptsd_ublk::backend::DirectBackend;
     /// use ptsd_ublk::engine::{Clock, Engine, EngineConfig};
-    /// use ptsd_ublk::sched::SchedKind;
-    /// let backend = DirectBackend::new(MemDevice::new(4096, 64).unwrap(), SchedKind::Fifo);
+    /// use ptsd_ublk::sched::SchedulerKind;
+    /// let backend = DirectBackend::new(MemDevice::new(4096, 64).unwrap(), SchedulerKind::Fifo);
     /// let (engine, shared) = Engine::new(Box::new(backend), EngineConfig::default(), Clock::wall());
     /// assert_eq!(shared.geometry().num_blocks, 64);
     /// # drop(engine);

@@ -27,9 +27,9 @@
 //! use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig, QueueSide};
 //! use ptsd_ublk::fake::fake_queue;
 //! use ptsd_ublk::request::{op, RawDesc};
-//! use ptsd_ublk::sched::SchedKind;
+//! use ptsd_ublk::sched::SchedulerKind;
 //!
-//! let backend = DirectBackend::new(MemDevice::new(4096, 256).unwrap(), SchedKind::ReadPriority);
+//! let backend = DirectBackend::new(MemDevice::new(4096, 256).unwrap(), SchedulerKind::ReadPriority);
 //! let config = EngineConfig { depth: 4, max_io_bytes: 4096, ..EngineConfig::default() };
 //! let (mut engine, shared) = Engine::new(Box::new(backend), config, Clock::wall());
 //! let (mut queue, handle) = fake_queue(4, 4096, false);
@@ -58,7 +58,7 @@ pub mod stats;
 pub use backend::{Backend, DirectBackend, ShutdownError};
 pub use engine::{serve, Clock, Engine, EngineConfig, QueueIo, QueueSide, Shared};
 pub use handoff::LockMode;
-pub use sched::SchedKind;
+pub use sched::SchedulerKind;
 pub mod spec;
 
 #[cfg(feature = "kernel")]

@@ -1,6 +1,6 @@
 //! Ordering the requests queued at the device.
 //!
-//! [`SchedKind::ReadPriority`] is PTSD's host-interface rule: a read waiting
+//! [`SchedulerKind::ReadPriority`] is PTSD's host-interface rule: a read waiting
 //! behind writes goes first, because a read stalls its application while a
 //! write has usually been acknowledged from a cache above. Two rules keep
 //! that safe: a read never passes a queued write, discard or write-zeroes
@@ -11,46 +11,27 @@
 use crate::backend::Pending;
 use crate::request::IoOp;
 
-/// Which order queued requests are served in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SchedKind {
-    /// Arrival order.
-    Fifo,
-    /// Reads ahead of writes (PTSD), within the safety rules above.
-    #[default]
-    ReadPriority,
-}
+/// Which order queued requests are served in: the FTL's scheduler
+/// vocabulary, one type for both (`Fifo`, or `ReadPriority` within the
+/// safety rules above).
+pub use ptsd_ftl::SchedulerKind;
 
-impl std::str::FromStr for SchedKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fifo" => Ok(SchedKind::Fifo),
-            "read-priority" | "read_priority" | "rp" => Ok(SchedKind::ReadPriority),
-            other => Err(format!(
-                "unknown scheduler {other:?} (expected fifo or read-priority)"
-            )),
-        }
-    }
-}
-
-/// A queue of requests that hands them out in [`SchedKind`] order.
+/// A queue of requests that hands them out in [`SchedulerKind`] order.
 ///
 /// ```
-/// use ptsd_ublk::sched::{SchedKind, Scheduler};
-/// let s = Scheduler::new(SchedKind::Fifo);
+/// use ptsd_ublk::sched::{SchedulerKind, Scheduler};
+/// let s = Scheduler::new(SchedulerKind::Fifo);
 /// assert_eq!(s.len(), 0);
 /// ```
 pub struct Scheduler {
-    kind: SchedKind,
+    kind: SchedulerKind,
     queue: Vec<Pending>,
     deferred: Vec<Pending>,
 }
 
 impl Scheduler {
     /// An empty scheduler of kind `kind`.
-    pub fn new(kind: SchedKind) -> Self {
+    pub fn new(kind: SchedulerKind) -> Self {
         Scheduler {
             kind,
             queue: Vec::new(),
@@ -59,7 +40,7 @@ impl Scheduler {
     }
 
     /// Its kind.
-    pub fn kind(&self) -> SchedKind {
+    pub fn kind(&self) -> SchedulerKind {
         self.kind
     }
 
@@ -81,8 +62,8 @@ impl Scheduler {
     /// Move every queued request to `out`, in service order.
     pub fn drain_in_order(&mut self, out: &mut Vec<Pending>) {
         match self.kind {
-            SchedKind::Fifo => out.append(&mut self.queue),
-            SchedKind::ReadPriority => {
+            SchedulerKind::Fifo => out.append(&mut self.queue),
+            SchedulerKind::ReadPriority => {
                 // Segment by segment between FLUSH barriers: the reads that
                 // overlap no earlier modifying request of the segment first,
                 // then everything else in arrival order, then the FLUSH.

@@ -7,7 +7,6 @@
 use crate::backend::{Backend, DirectBackend};
 use crate::ftl::{FtlBackend, Timing};
 use crate::handoff::LockMode;
-use crate::sched::SchedKind;
 use ptsd_blockdev::{BlockError, FileDevice, FileDeviceOptions, MemDevice};
 use ptsd_ftl::{FtlConfig, SchedulerKind, StoreKind, Variant};
 use serde::{Deserialize, Serialize};
@@ -101,7 +100,7 @@ pub struct DeviceSpec {
     pub backend: BackendSpec,
     /// Request order; `None` = the backend's default (the FTL variant's own
     /// scheduler, read priority for plain devices).
-    pub sched: Option<SchedKind>,
+    pub sched: Option<SchedulerKind>,
     /// How the hand-off queues between queue threads and the engine are locked.
     pub lock_mode: LockMode,
     /// Queue threads busy-poll for completions instead of sleeping.
@@ -140,10 +139,10 @@ impl DeviceSpec {
     ///
     /// ```
     /// use ptsd_ublk::spec::{BackendSpec, DeviceSpec};
-    /// use ptsd_ublk::{LockMode, SchedKind};
+    /// use ptsd_ublk::{LockMode, SchedulerKind};
     /// let spec = DeviceSpec {
     ///     backend: BackendSpec::Mem { bytes: 1 << 20, block_size: 4096 },
-    ///     sched: Some(SchedKind::ReadPriority),
+    ///     sched: Some(SchedulerKind::ReadPriority),
     ///     lock_mode: LockMode::Swap,
     ///     poll: true,
     /// };
@@ -194,10 +193,7 @@ impl DeviceSpec {
                     FtlStore::File(path) => StoreKind::File { path: path.clone() },
                 };
                 if let Some(s) = self.sched {
-                    cfg.scheduler = match s {
-                        SchedKind::Fifo => SchedulerKind::Fifo,
-                        SchedKind::ReadPriority => SchedulerKind::ReadPriority,
-                    };
+                    cfg.scheduler = s;
                 }
                 let backend = FtlBackend::new(cfg, *timing).map_err(SpecError::Ftl)?;
                 Ok(Box::new(backend))
@@ -218,7 +214,7 @@ impl DeviceSpec {
         }
     }
 
-    fn direct_sched(&self) -> SchedKind {
-        self.sched.unwrap_or_default()
+    fn direct_sched(&self) -> SchedulerKind {
+        self.sched.unwrap_or(SchedulerKind::ReadPriority)
     }
 }

@@ -8,7 +8,7 @@ use ptsd_ublk::engine::{serve, serve_once, Clock, Engine, EngineConfig, QueueSid
 use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
 use ptsd_ublk::handoff::LockMode;
 use ptsd_ublk::request::{op, RawDesc};
-use ptsd_ublk::sched::SchedKind;
+use ptsd_ublk::sched::SchedulerKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ struct Rig {
     scratch: Vec<ptsd_ublk::engine::Incoming>,
 }
 
-fn rig(sched: SchedKind) -> Rig {
+fn rig(sched: SchedulerKind) -> Rig {
     let backend = DirectBackend::new(MemDevice::new(BS as u32, BLOCKS).unwrap(), sched);
     let config = EngineConfig {
         queues: 1,
@@ -80,7 +80,7 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 
 #[test]
 fn write_then_read_returns_the_data() {
-    let mut r = rig(SchedKind::ReadPriority);
+    let mut r = rig(SchedulerKind::ReadPriority);
     let data = pattern(5, 3 * BS);
     assert_eq!(r.write(0, 100, &data), (3 * BS) as i32);
     assert_eq!(r.read(1, 100, 3), data);
@@ -89,7 +89,7 @@ fn write_then_read_returns_the_data() {
 
 #[test]
 fn flush_without_data_and_with_sector_max_succeeds() {
-    let mut r = rig(SchedKind::ReadPriority);
+    let mut r = rig(SchedulerKind::ReadPriority);
     r.handle
         .submit(3, RawDesc::new(op::FLUSH, u64::MAX, 0), None)
         .unwrap();
@@ -98,7 +98,7 @@ fn flush_without_data_and_with_sector_max_succeeds() {
 
 #[test]
 fn discard_and_write_zeroes_read_back_zeroes() {
-    let mut r = rig(SchedKind::Fifo);
+    let mut r = rig(SchedulerKind::Fifo);
     r.write(0, 10, &pattern(1, 4 * BS));
     r.handle
         .submit(0, RawDesc::new(op::DISCARD, 10 * SPB as u64, SPB), None)
@@ -147,18 +147,18 @@ fn read_priority_serves_reads_of_a_batch_first() {
         (3, op::WRITE, 24),
         (4, op::READ, 32),
     ];
-    let mut r = rig(SchedKind::ReadPriority);
+    let mut r = rig(SchedulerKind::ReadPriority);
     submit_batch(&r, &reqs);
     assert_eq!(tags(&r.round()), vec![2, 4, 0, 1, 3]);
 
-    let mut f = rig(SchedKind::Fifo);
+    let mut f = rig(SchedulerKind::Fifo);
     submit_batch(&f, &reqs);
     assert_eq!(tags(&f.round()), vec![0, 1, 2, 3, 4]);
 }
 
 #[test]
 fn a_read_never_passes_an_overlapping_write() {
-    let mut r = rig(SchedKind::ReadPriority);
+    let mut r = rig(SchedulerKind::ReadPriority);
     submit_batch(&r, &[(0, op::WRITE, 7), (1, op::READ, 7), (2, op::READ, 9)]);
     assert_eq!(tags(&r.round()), vec![2, 0, 1]);
     // And the read saw the write.
@@ -167,7 +167,7 @@ fn a_read_never_passes_an_overlapping_write() {
 
 #[test]
 fn flush_is_a_barrier_for_read_priority() {
-    let mut r = rig(SchedKind::ReadPriority);
+    let mut r = rig(SchedulerKind::ReadPriority);
     submit_batch(
         &r,
         &[
@@ -183,7 +183,7 @@ fn flush_is_a_barrier_for_read_priority() {
 
 #[test]
 fn malformed_requests_complete_with_errors() {
-    let mut r = rig(SchedKind::ReadPriority);
+    let mut r = rig(SchedulerKind::ReadPriority);
     let einval = -libc::EINVAL;
     let cases: Vec<(RawDesc, i32)> = vec![
         (RawDesc::new(op::WRITE_SAME, 0, SPB), -libc::EOPNOTSUPP),
@@ -215,7 +215,7 @@ proptest! {
     /// Whatever the kernel sends, the target answers and does not panic.
     #[test]
     fn any_descriptor_gets_an_answer(opf in any::<u32>(), sector in any::<u64>(), sectors in any::<u32>()) {
-        let mut r = rig(SchedKind::ReadPriority);
+        let mut r = rig(SchedulerKind::ReadPriority);
         r.handle.submit(0, RawDesc { op_flags: (opf % 8) | (opf & !0xff), nr_sectors: sectors % 256, start_sector: sector % (2 * BLOCKS * SPB as u64) }, None).unwrap();
         let c = r.round();
         prop_assert_eq!(c.len(), 1);
@@ -232,7 +232,7 @@ fn threaded(lock_mode: LockMode, poll: bool) -> (u64, u64) {
     const PER_QUEUE: usize = 300;
     let backend = DirectBackend::new(
         MemDevice::new(BS as u32, BLOCKS).unwrap(),
-        SchedKind::ReadPriority,
+        SchedulerKind::ReadPriority,
     );
     let config = EngineConfig {
         queues: QUEUES,
@@ -338,7 +338,7 @@ fn threaded_per_request_blocking() {
 
 #[test]
 fn queue_swapping_takes_one_lock_per_batch() {
-    let mut r = rig(SchedKind::Fifo);
+    let mut r = rig(SchedulerKind::Fifo);
     for tag in 0..DEPTH {
         r.handle
             .submit(
@@ -356,7 +356,10 @@ fn queue_swapping_takes_one_lock_per_batch() {
 
 #[test]
 fn closing_a_queue_with_requests_in_flight_waits_for_them() {
-    let backend = DirectBackend::new(MemDevice::new(BS as u32, BLOCKS).unwrap(), SchedKind::Fifo);
+    let backend = DirectBackend::new(
+        MemDevice::new(BS as u32, BLOCKS).unwrap(),
+        SchedulerKind::Fifo,
+    );
     let config = EngineConfig {
         depth: DEPTH,
         max_io_bytes: BUF as u32,
@@ -379,4 +382,32 @@ fn closing_a_queue_with_requests_in_flight_waits_for_them() {
     let backend = worker.join().unwrap();
     drop(backend);
     let _ = Arc::strong_count(&shared);
+}
+
+/// One scheduler vocabulary: the FTL's `SchedulerKind` names the block
+/// target's policies too, parses the CLI's spellings, and reads the
+/// kebab-case name device specs were stored with before.
+#[test]
+fn the_scheduler_names_parse_and_old_specs_still_read() {
+    use ptsd_ublk::SchedulerKind;
+    for (s, want) in [
+        ("fifo", SchedulerKind::Fifo),
+        ("read-priority", SchedulerKind::ReadPriority),
+        ("read_priority", SchedulerKind::ReadPriority),
+        ("rp", SchedulerKind::ReadPriority),
+    ] {
+        assert_eq!(s.parse::<SchedulerKind>().unwrap(), want, "{s}");
+    }
+    let err = "lifo".parse::<SchedulerKind>().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown scheduler \"lifo\" (expected fifo or read-priority)"
+    );
+    let old: SchedulerKind = serde_json::from_str("\"read-priority\"").unwrap();
+    assert_eq!(old, SchedulerKind::ReadPriority);
+    let json = serde_json::to_string(&SchedulerKind::ReadPriority).unwrap();
+    assert_eq!(
+        serde_json::from_str::<SchedulerKind>(&json).unwrap(),
+        SchedulerKind::ReadPriority
+    );
 }

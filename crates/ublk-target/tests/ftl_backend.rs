@@ -9,7 +9,7 @@ use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
 use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
-use ptsd_ublk::{LockMode, SchedKind};
+use ptsd_ublk::{LockMode, SchedulerKind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -26,7 +26,7 @@ struct Rig {
     clock: Option<Arc<AtomicU64>>,
 }
 
-fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedKind>) -> Rig {
+fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedulerKind>) -> Rig {
     let spec = DeviceSpec {
         backend: BackendSpec::Ftl {
             scheme,
@@ -227,7 +227,7 @@ fn emulated_timing_releases_completions_at_the_modelled_time() {
 
 /// A read queued behind a burst of writes, under FIFO and under PTSD read
 /// priority: returns when the read completed (modelled ns after submit).
-fn read_behind_writes(sched: SchedKind) -> u64 {
+fn read_behind_writes(sched: SchedulerKind) -> u64 {
     let mut r = rig(FtlScheme::Ptsd, Timing::Emulate, Some(sched));
     let t = r.clock.clone().unwrap();
     // The page the read wants is on NAND, not in the write buffer.
@@ -276,8 +276,8 @@ fn read_behind_writes(sched: SchedKind) -> u64 {
 
 #[test]
 fn read_priority_lets_a_read_pass_a_write_burst() {
-    let fifo = read_behind_writes(SchedKind::Fifo);
-    let rp = read_behind_writes(SchedKind::ReadPriority);
+    let fifo = read_behind_writes(SchedulerKind::Fifo);
+    let rp = read_behind_writes(SchedulerKind::ReadPriority);
     eprintln!("read behind 100 writes: fifo {fifo} ns, read-priority {rp} ns");
     assert!(rp < fifo, "read priority {rp} ns vs fifo {fifo} ns");
 }
