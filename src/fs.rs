@@ -133,13 +133,9 @@ pub fn mkfs_cmd(a: &MkfsArgs) -> Result<()> {
         sb.num_blocks,
         (sb.num_blocks * 4096) >> 20,
         a.device.display(),
-        hex(&sb.uuid)
+        sb.uuid_hex()
     );
     Ok(())
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The stack `--device`/`--data-dir`/`--journal` name (shared by mount and

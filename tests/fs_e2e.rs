@@ -39,7 +39,7 @@ fn is_fuse_mounted(dir: &Path) -> bool {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    r == 0 && st.f_type as i64 == 0x6573_5546
+    r == 0 && st.f_type == 0x6573_5546
 }
 
 /// The FUSE transport a test mounts with; the tests that exercise the file

@@ -191,7 +191,8 @@ fn trace_replay_and_bad_line() {
                 (i * 7919 % 10_000) * 4096
             )
         })
-        .collect();
+        .collect::<Vec<_>>()
+        .concat();
     std::fs::write(&good, lines).unwrap();
     let base = [
         "sim",

@@ -263,7 +263,7 @@ fn run_job(
         let file = Rc::new(tokio_uring::fs::File::from_std(file));
         let per_job_seq = span_blocks / u64::from(a.jobs);
         let bufs: Vec<AlignedBuf> = (0..a.qd)
-            .map(|t| AlignedBuf::new(a.bs as usize, a.seed ^ u64::from(j) << 32 ^ u64::from(t)))
+            .map(|t| AlignedBuf::new(a.bs as usize, a.seed ^ (u64::from(j) << 32) ^ u64::from(t)))
             .collect();
         start.wait();
         let job = Rc::new(Job {

@@ -244,7 +244,7 @@ fn concurrent_writers_then_crash() {
             std::thread::spawn(move || {
                 for i in 0..200u64 {
                     let block = t * 256 + i % 256;
-                    dev.write(block, &tagged(t << 32 | i)).unwrap();
+                    dev.write(block, &tagged((t << 32) | i)).unwrap();
                     if i == 99 {
                         dev.flush().unwrap();
                     }
@@ -263,7 +263,7 @@ fn concurrent_writers_then_crash() {
     dev.recover();
     for t in 0..4u64 {
         for i in 0..100u64 {
-            assert_eq!(read_block(&dev, t * 256 + i), tagged(t << 32 | i));
+            assert_eq!(read_block(&dev, t * 256 + i), tagged((t << 32) | i));
         }
     }
 }
@@ -313,7 +313,7 @@ proptest! {
                     let len = len.min(N - block);
                     let mut data = Vec::new();
                     for b in block..block + len {
-                        let v = tagged(tag << 8 | b);
+                        let v = tagged((tag << 8) | b);
                         later[b as usize].push(v.clone());
                         data.extend(v);
                     }

@@ -33,12 +33,12 @@ impl<'a> Input<'a> {
 
     /// The next two bytes, little-endian.
     pub fn u16(&mut self) -> u16 {
-        u16::from(self.u8()) | u16::from(self.u8()) << 8
+        u16::from(self.u8()) | (u16::from(self.u8()) << 8)
     }
 
     /// The next four bytes, little-endian.
     pub fn u32(&mut self) -> u32 {
-        u32::from(self.u16()) | u32::from(self.u16()) << 16
+        u32::from(self.u16()) | (u32::from(self.u16()) << 16)
     }
 
     /// A number in `0..n` (`n` at most 65 536; 0 when `n` is 0).

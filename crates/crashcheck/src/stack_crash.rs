@@ -610,7 +610,7 @@ fn run_ops(ops: &[Op], opts: Opts) -> CheckResult {
         if snaps.contains(&i) {
             // Power lost right here, between two operations: one image,
             // recovered and checked now (the run goes on).
-            let img = media.crash_copy(u64::from(second) ^ (i as u64) << 16);
+            let img = media.crash_copy(u64::from(second) ^ ((i as u64) << 16));
             check_image(&img, &states, false).map_err(|e| {
                 fail(
                     &done,

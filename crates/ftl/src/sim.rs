@@ -750,7 +750,8 @@ mod tests {
         // Requests every 1 ms on a 100 µs device: no queueing.
         let text: String = (0..100)
             .map(|i| format!("{},h,0,Read,{},4096,0\n", i * 10_000, i * 4096))
-            .collect();
+            .collect::<Vec<_>>()
+            .concat();
         let reader = TraceReader::new(
             text.as_bytes(),
             "t",

@@ -296,9 +296,9 @@ mod tests {
 
     fn pblk_of(lblk: u64, far: bool) -> u64 {
         if far {
-            1 << 40 | lblk
+            (1 << 40) | lblk
         } else {
-            1 << 30 | lblk
+            (1 << 30) | lblk
         }
     }
 

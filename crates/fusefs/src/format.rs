@@ -129,6 +129,15 @@ pub struct Superblock {
 }
 
 impl Superblock {
+    /// The file system's uuid as 32 lowercase hex digits.
+    pub fn uuid_hex(&self) -> String {
+        use std::fmt::Write;
+        self.uuid.iter().fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    }
+
     /// Encode into a full block.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_SIZE];

@@ -19,19 +19,19 @@ const ST_CLAIMED: u64 = 3;
 /// Slot state: staged at ring position `pos`.
 #[inline]
 pub fn staged(pos: u64) -> u64 {
-    pos << 2 | ST_STAGED
+    (pos << 2) | ST_STAGED
 }
 
 /// Slot state: aborted at ring position `pos`.
 #[inline]
 pub fn aborted(pos: u64) -> u64 {
-    pos << 2 | ST_ABORTED
+    (pos << 2) | ST_ABORTED
 }
 
 /// Slot state: claimed (being written) at ring position `pos`.
 #[inline]
 pub fn claimed(pos: u64) -> u64 {
-    pos << 2 | ST_CLAIMED
+    (pos << 2) | ST_CLAIMED
 }
 
 /// Keeps hot atomics on their own cache lines (no false sharing): 128
@@ -523,7 +523,7 @@ mod tests {
         let mut covers = Vec::new();
         for top in 0..6u64 {
             for mask in 0..(1u32 << top) {
-                let excluded: Vec<u64> = (1..=top).filter(|e| mask >> (e - 1) & 1 == 1).collect();
+                let excluded: Vec<u64> = (1..=top).filter(|e| (mask >> (e - 1)) & 1 == 1).collect();
                 covers.push(cover(top, &excluded));
             }
         }

@@ -403,9 +403,10 @@ fn fallback_mode(file: &File) -> RegionMode {
     let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
     if rc == 0 {
         // SAFETY: fstatfs succeeded, so the struct is initialised.
+        let st = unsafe { st.assume_init() };
         // `f_type`'s integer type differs between libcs.
         #[allow(clippy::unnecessary_cast)]
-        let f_type = unsafe { st.assume_init() }.f_type as i64;
+        let f_type = st.f_type as i64;
         if f_type == TMPFS_MAGIC || f_type == RAMFS_MAGIC {
             return RegionMode::Tmpfs;
         }

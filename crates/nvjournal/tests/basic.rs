@@ -18,7 +18,7 @@ fn dev(blocks: u64) -> Arc<dyn BlockDevice> {
 fn block(tag: u64) -> Vec<u8> {
     let mut b = vec![0u8; BS];
     for (i, c) in b.chunks_exact_mut(8).enumerate() {
-        c.copy_from_slice(&(tag ^ (i as u64) << 48).to_le_bytes());
+        c.copy_from_slice(&(tag ^ ((i as u64) << 48)).to_le_bytes());
     }
     b
 }
@@ -198,7 +198,7 @@ fn concurrent_workload(kind: JournalKind, partitions: u32) {
                     // Each thread owns blocks t, t+4, ...; three per tx.
                     for k in 0..3 {
                         let b = t + threads * ((i * 3 + k) % 64);
-                        tx.write(b, &block(t << 32 | i << 8 | k)).unwrap();
+                        tx.write(b, &block((t << 32) | (i << 8) | k)).unwrap();
                     }
                     tx.finish().unwrap();
                     if i % 5 == 0 {
@@ -220,7 +220,7 @@ fn concurrent_workload(kind: JournalKind, partitions: u32) {
         for i in 0..200u64 {
             for k in 0..3 {
                 let b = t + threads * ((i * 3 + k) % 64);
-                expect[b as usize] = block(t << 32 | i << 8 | k);
+                expect[b as usize] = block((t << 32) | (i << 8) | k);
             }
         }
     }

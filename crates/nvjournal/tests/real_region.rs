@@ -96,7 +96,7 @@ fn region_mode_is_the_one_expected() {
 fn value(tag: u64) -> Vec<u8> {
     let mut b = vec![0u8; BS];
     for (i, c) in b.chunks_exact_mut(8).enumerate() {
-        c.copy_from_slice(&(tag ^ (i as u64) << 48).to_le_bytes());
+        c.copy_from_slice(&(tag ^ ((i as u64) << 48)).to_le_bytes());
     }
     b
 }
@@ -124,17 +124,17 @@ fn commits_and_reads_with_four_threads_on_a_real_region() {
                         let mut tx = j.begin();
                         let blocks = [t + 4 * (i % 16), t + 4 * ((i * 7 + 3) % 64)];
                         for &b in &blocks {
-                            tx.write(b, &value(t << 32 | i << 8 | b)).unwrap();
+                            tx.write(b, &value((t << 32) | (i << 8) | b)).unwrap();
                         }
                         let mut buf = vec![0u8; BS];
                         tx.read(blocks[0], &mut buf).unwrap();
-                        assert_eq!(buf, value(t << 32 | i << 8 | blocks[0]));
+                        assert_eq!(buf, value((t << 32) | (i << 8) | blocks[0]));
                         tx.finish().unwrap();
                         if i % 2 == 0 {
                             j.commit().unwrap();
                         }
                         for &b in &blocks {
-                            wrote.push((b, t << 32 | i << 8 | b));
+                            wrote.push((b, (t << 32) | (i << 8) | b));
                         }
                     }
                     wrote
@@ -210,7 +210,7 @@ fn kill_9_child() {
     for i in 1.. {
         let mut tx = j.begin();
         for b in kill_blocks(i) {
-            tx.write(b, &value(i << 8 | b)).unwrap();
+            tx.write(b, &value((i << 8) | b)).unwrap();
         }
         tx.finish().unwrap();
         j.commit().unwrap();
@@ -272,7 +272,7 @@ fn recovery_after_kill_9_keeps_every_acknowledged_commit() {
         let mut newest = vec![None; KILL_BLOCKS as usize];
         for i in 1..=upto {
             for b in kill_blocks(i) {
-                newest[b as usize] = Some(i << 8 | b);
+                newest[b as usize] = Some((i << 8) | b);
             }
         }
         newest

@@ -59,7 +59,7 @@ fn stress(kind: JournalKind, partitions: u32) {
                             .wrapping_mul(6364136223846793005)
                             .wrapping_add(1442695040888963407);
                         let b = (x >> 33) % BLOCKS;
-                        let tag = t << 40 | i << 8 | k | 1 << 60;
+                        let tag = (t << 40) | (i << 8) | k | (1 << 60);
                         match tx.write(b, &val(tag)) {
                             Ok(()) => wrote.push((b, tag)),
                             Err(JournalError::Full { .. }) => break,

@@ -134,13 +134,9 @@ enum Target {
     },
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// The path `JournalSpec::Default` names for `sb`.
 pub fn default_journal_path(sb: &Superblock, data_dir: &Path) -> PathBuf {
-    let name = format!("ptsd-{}.journal", hex(&sb.uuid));
+    let name = format!("ptsd-{}.journal", sb.uuid_hex());
     if Path::new("/dev/shm").is_dir() {
         PathBuf::from("/dev/shm").join(name)
     } else {
@@ -161,10 +157,11 @@ fn on_ram_fs(path: &Path) -> bool {
     if unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
         return false;
     }
-    // SAFETY: statfs succeeded, so the struct is initialised. `f_type`'s
-    // integer type differs between libcs.
+    // SAFETY: statfs succeeded, so the struct is initialised.
+    let st = unsafe { st.assume_init() };
+    // `f_type`'s integer type differs between libcs.
     #[allow(clippy::unnecessary_cast)]
-    let t = unsafe { st.assume_init() }.f_type as i64;
+    let t = st.f_type as i64;
     t == TMPFS_MAGIC || t == RAMFS_MAGIC
 }
 

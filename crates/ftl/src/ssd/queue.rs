@@ -187,6 +187,6 @@ impl Ssd {
             }
         };
         self.heap
-            .push(Reverse(u128::from(done_ns) << 32 | u128::from(slot)));
+            .push(Reverse((u128::from(done_ns) << 32) | u128::from(slot)));
     }
 }

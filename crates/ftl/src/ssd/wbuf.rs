@@ -49,7 +49,7 @@ impl WriteBuffer {
     }
     /// A flushed page (or mapping write-back) whose program ends at `end`.
     pub(super) fn push_inflight(&mut self, end: u64, mapping: bool) {
-        self.inflight.push(Reverse(end << 1 | u64::from(mapping)));
+        self.inflight.push(Reverse((end << 1) | u64::from(mapping)));
     }
     /// The earliest program end among the slots taken, removing it.
     pub(super) fn pop_inflight(&mut self) -> Option<u64> {
