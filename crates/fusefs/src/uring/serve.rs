@@ -382,3 +382,7 @@ impl FsHandler {
         buf.into_response()
     }
 }
+
+#[cfg(test)]
+#[path = "serve_tests.rs"]
+mod tests;
