@@ -43,7 +43,10 @@ fn create_write_read_lookup_unlink() {
         flags: 0,
     };
     let r = fsh.handle(&h(opcode::CREATE, 1), create);
-    let Response::Create { entry: e, flags, .. } = r else {
+    let Response::Create {
+        entry: e, flags, ..
+    } = r
+    else {
         panic!("{r:?}")
     };
     assert_eq!(flags, FOPEN_KEEP_CACHE);
@@ -122,7 +125,9 @@ fn directory_listing_fits_the_size_asked() {
             size: 1024,
         },
     );
-    let Response::Data(d) = r else { panic!("{r:?}") };
+    let Response::Data(d) = r else {
+        panic!("{r:?}")
+    };
     assert!(d.len() <= 1024 && d.len() >= 1024 - 168, "{}", d.len());
     // READDIR of everything: ., .. and the 50 names, once each.
     let r = fsh.handle(
@@ -132,7 +137,9 @@ fn directory_listing_fits_the_size_asked() {
             size: 64 << 10,
         },
     );
-    let Response::Data(d) = r else { panic!("{r:?}") };
+    let Response::Data(d) = r else {
+        panic!("{r:?}")
+    };
     let (mut at, mut names) = (0, Vec::new());
     while at < d.len() {
         let namelen = u32::from_le_bytes(d[at + 16..at + 20].try_into().unwrap()) as usize;
