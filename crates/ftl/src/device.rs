@@ -33,6 +33,12 @@ impl VirtualClock {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Move the clock forward to `t_ns` (never back): what a test driving
+    /// time by hand calls, the same step as [`Clock::wait_until`].
+    pub fn advance_to(&self, t_ns: u64) {
+        self.now.fetch_max(t_ns, Ordering::AcqRel);
+    }
 }
 
 impl Clock for VirtualClock {

@@ -20,38 +20,46 @@ use crate::handoff::{Handoff, LockMode};
 use crate::request::{decode, Geometry, IoOp, RawDesc, RequestError};
 use crate::stats::OpStats;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use ptsd_ftl::{VirtualClock, WallClock};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-/// The engine's time base, in nanoseconds.
-#[derive(Clone, Debug)]
-pub enum Clock {
-    /// Monotonic wall clock from the given start.
-    Wall(Instant),
-    /// A clock tests move by hand.
-    Manual(Arc<AtomicU64>),
-}
+/// The engine's time base, in nanoseconds: any [`ptsd_ftl::Clock`], the one
+/// clock abstraction of ptsd (the emulated SSD's devices take the same).
+#[derive(Clone)]
+pub struct Clock(Arc<dyn ptsd_ftl::Clock>);
 
 impl Clock {
     /// The wall clock, starting now.
     pub fn wall() -> Self {
-        Clock::Wall(Instant::now())
+        Clock(Arc::new(WallClock::new()))
     }
 
-    /// A clock at 0 that moves only when the returned counter (ns) is set.
-    pub fn manual() -> (Self, Arc<AtomicU64>) {
-        let t = Arc::new(AtomicU64::new(0));
-        (Clock::Manual(t.clone()), t)
+    /// A clock at 0 that moves only when a test moves the returned
+    /// [`VirtualClock`] (with [`VirtualClock::advance_to`]).
+    pub fn manual() -> (Self, Arc<VirtualClock>) {
+        let t = Arc::new(VirtualClock::new());
+        (Clock(t.clone()), t)
     }
 
     /// Nanoseconds since the clock's start.
+    #[inline]
     pub fn now_ns(&self) -> u64 {
-        match self {
-            Clock::Wall(start) => start.elapsed().as_nanos() as u64,
-            Clock::Manual(t) => t.load(Ordering::SeqCst),
-        }
+        self.0.now_ns()
+    }
+}
+
+impl From<Arc<dyn ptsd_ftl::Clock>> for Clock {
+    fn from(c: Arc<dyn ptsd_ftl::Clock>) -> Self {
+        Clock(c)
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Clock").field(&self.now_ns()).finish()
     }
 }
 

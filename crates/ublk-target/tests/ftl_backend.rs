@@ -2,7 +2,8 @@
 //! completions released at the modelled time.
 
 use ptsd_blockdev::BlockError;
-use ptsd_ftl::{FtlConfig, FtlError, StoreKind, Variant};
+use ptsd_ftl::Clock as _;
+use ptsd_ftl::{FtlConfig, FtlError, StoreKind, Variant, VirtualClock};
 use ptsd_ublk::backend::{block_errno, Backend};
 use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig, Incoming, QueueSide};
 use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
@@ -10,7 +11,6 @@ use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
 use ptsd_ublk::{LockMode, SchedulerKind};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const BS: usize = 4096;
@@ -23,7 +23,7 @@ struct Rig {
     handle: FakeHandle,
     side: QueueSide,
     scratch: Vec<Incoming>,
-    clock: Option<Arc<AtomicU64>>,
+    clock: Option<Arc<VirtualClock>>,
 }
 
 fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedulerKind>) -> Rig {
@@ -49,7 +49,7 @@ fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedulerKind>) -> Rig {
     rig_for(backend, clock, handle_t)
 }
 
-fn rig_for(backend: Box<dyn Backend>, clock: Clock, handle_t: Option<Arc<AtomicU64>>) -> Rig {
+fn rig_for(backend: Box<dyn Backend>, clock: Clock, handle_t: Option<Arc<VirtualClock>>) -> Rig {
     let config = EngineConfig {
         queues: 1,
         depth: DEPTH,
@@ -199,7 +199,7 @@ fn emulated_timing_releases_completions_at_the_modelled_time() {
         .submit(1, RawDesc::new(op::FLUSH, u64::MAX, 0), None)
         .unwrap();
     assert_eq!(r.settle(), vec![(1, 0)]);
-    let start = t.load(Ordering::SeqCst);
+    let start = t.now_ns();
     r.handle
         .submit(2, RawDesc::new(op::READ, 0, 8), None)
         .unwrap();
@@ -210,16 +210,16 @@ fn emulated_timing_releases_completions_at_the_modelled_time() {
     let next = r.engine_next().unwrap();
     assert!(next > start, "completion is in the future");
     // One nanosecond early: still nothing.
-    t.store(next - 1, Ordering::SeqCst);
+    t.advance_to(next - 1);
     assert!(r.turn().is_empty());
-    t.store(next, Ordering::SeqCst);
+    t.advance_to(next);
     let mut c = r.turn();
     while c.is_empty() {
-        t.store(r.engine_next().unwrap(), Ordering::SeqCst);
+        t.advance_to(r.engine_next().unwrap());
         c = r.turn();
     }
     assert_eq!(c, vec![(2, BS as i32)]);
-    let latency = t.load(Ordering::SeqCst) - start;
+    let latency = t.now_ns() - start;
     // The model's page read: array read + transfer, at least 100 µs.
     assert!(latency >= 100_000, "modelled read latency {latency} ns");
     assert_eq!(r.handle.read_buffer(2, BS).unwrap(), pattern(1, BS));
@@ -242,7 +242,7 @@ fn read_behind_writes(sched: SchedulerKind) -> u64 {
         .submit(101, RawDesc::new(op::FLUSH, u64::MAX, 0), None)
         .unwrap();
     r.settle();
-    let start = t.load(Ordering::SeqCst);
+    let start = t.now_ns();
     for tag in 0..100u16 {
         let block = u64::from(tag) * 13;
         r.handle
@@ -262,11 +262,11 @@ fn read_behind_writes(sched: SchedulerKind) -> u64 {
         for (tag, res) in r.turn() {
             assert!(res >= 0);
             if tag == 100 {
-                read_done = Some(t.load(Ordering::SeqCst) - start);
+                read_done = Some(t.now_ns() - start);
             }
         }
         if let Some(next) = r.engine_next() {
-            t.store(next.max(t.load(Ordering::SeqCst)), Ordering::SeqCst);
+            t.advance_to(next);
         }
         guard += 1;
         assert!(guard < 100_000, "no progress");
@@ -296,7 +296,7 @@ impl Rig {
             let next = self
                 .engine_next()
                 .expect("requests in flight have a next event");
-            t.store(next.max(t.load(Ordering::SeqCst)), Ordering::SeqCst);
+            t.advance_to(next);
             all.extend(self.turn());
         }
         all
