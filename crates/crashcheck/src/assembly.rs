@@ -1,14 +1,15 @@
 //! How `stack_crash` assembles, mounts and recovers the stack: through
 //! [`Stack::open`], the code `ptsd mount` runs, over crash media — the file
 //! system on the journal (a [`CrashRegion`]) on the emulated SSD (FTL in
-//! virtual time) whose persistent image is a [`CrashDevice`].
+//! virtual time) whose persistent image is a [`CrashDevice`], or on the
+//! crash device as a plain block device (with block checksums).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::CrashDevice;
-use ptsd_fs::{FileSystem, JournalStore, Store, StoreError, StoreTxn};
+use ptsd_fs::{FileSystem, Store, StoreError, StoreTxn};
 use ptsd_ftl::{FtlConfig, Ssd, Variant};
 use ptsd_nvjournal::{CrashRegion, JournalConfig};
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec, StoreHook};
@@ -17,10 +18,6 @@ use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec, Stor
 pub const SSD_BYTES: u64 = 32 << 20;
 /// Journal region bytes.
 pub const REGION: usize = 4 << 20;
-
-/// The FTL under the file system: an input picks one of these mapping
-/// schemes (the index into [`FTLS`]).
-pub const FTLS: [Variant; 3] = [Variant::Page, Variant::Dftl, Variant::WriteOpt];
 
 /// The emulated SSD's configuration: `variant`'s mapping scheme on a small
 /// geometry (2 channels × 2 chips, 32-page blocks), quick to recover.
@@ -32,22 +29,59 @@ pub fn ftl_config(variant: Variant) -> FtlConfig {
     cfg.with_logical_bytes(SSD_BYTES)
 }
 
-/// The media one stack lives on: the journal's region and the SSD's image.
+/// What the file system lives on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Under {
+    /// The emulated SSD with this FTL, its image on the crash device.
+    Ssd(Variant),
+    /// The crash device itself, as a plain block device (an image file or
+    /// disk), formatted by `ptsd_stack::mkfs`: with block checksums.
+    Plain,
+}
+
+/// What an input picks from: the SSD with each FTL, or a plain device.
+pub const UNDER: [Under; 4] = [
+    Under::Ssd(Variant::Page),
+    Under::Ssd(Variant::Dftl),
+    Under::Ssd(Variant::WriteOpt),
+    Under::Plain,
+];
+
+/// The media one stack lives on: the journal's region and the crash device
+/// (the SSD's image, or the plain device).
 pub struct Media {
     pub region: CrashRegion,
     pub image: Arc<CrashDevice>,
-    pub ftl: FtlConfig,
+    /// The SSD's configuration (`None`: a plain device).
+    pub ftl: Option<FtlConfig>,
 }
 
 impl Media {
-    /// Blank media (`Stack::open` formats the SSD and makes a file system).
-    pub fn new(variant: Variant) -> Self {
-        let ftl = ftl_config(variant);
-        let blocks = Ssd::image_blocks(&ftl, 4096);
-        Self {
-            region: CrashRegion::new(REGION),
-            image: Arc::new(CrashDevice::new(4096, blocks).expect("geometry")),
-            ftl,
+    /// Blank media: `Stack::open` formats the SSD and makes a file system;
+    /// a plain device gets its file system from `ptsd_stack::mkfs` now.
+    pub fn new(under: Under) -> Self {
+        match under {
+            Under::Ssd(variant) => {
+                let ftl = ftl_config(variant);
+                let blocks = Ssd::image_blocks(&ftl, 4096);
+                Self {
+                    region: CrashRegion::new(REGION),
+                    image: Arc::new(CrashDevice::new(4096, blocks).expect("geometry")),
+                    ftl: Some(ftl),
+                }
+            }
+            Under::Plain => {
+                let image = Arc::new(CrashDevice::new(4096, SSD_BYTES / 4096).expect("geometry"));
+                let dev: Arc<dyn ptsd_blockdev::BlockDevice> = image.clone();
+                ptsd_stack::mkfs(&DeviceSpec::Device(dev.clone()), None, Duration::ZERO)
+                    .expect("mkfs of a blank device");
+                dev.flush().expect("flush");
+                Self {
+                    region: CrashRegion::new(REGION),
+                    image,
+                    ftl: None,
+                }
+            }
         }
     }
 
@@ -77,13 +111,14 @@ impl Media {
     /// What `ptsd mount` would be given for these media, with the
     /// deterministic journal settings and `hook` around the store.
     pub fn spec(&self, hook: Option<StoreHook>) -> StackSpec {
-        let mut s = StackSpec::new(
-            DeviceSpec::Ssd {
-                config: Box::new(self.ftl.clone()),
+        let device = match &self.ftl {
+            Some(ftl) => DeviceSpec::Ssd {
+                config: Box::new(ftl.clone()),
                 image: self.image.clone(),
             },
-            JournalSpec::Region(Arc::new(self.region.clone())),
-        );
+            None => DeviceSpec::Device(self.image.clone()),
+        };
+        let mut s = StackSpec::new(device, JournalSpec::Region(Arc::new(self.region.clone())));
         s.journal_config = journal_config();
         s.missing_journal = MissingJournal::Refuse;
         s.lock_wait = Duration::ZERO;
@@ -109,7 +144,7 @@ pub fn journal_config() -> JournalConfig {
 /// otherwise only ever commits between operations, where an operation split
 /// into several transactions would look atomic.
 struct Interposed {
-    inner: Arc<JournalStore>,
+    inner: Arc<dyn Store>,
     left: Arc<AtomicU64>,
 }
 
@@ -163,6 +198,12 @@ impl Store for Interposed {
     }
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+    fn verify(&self, blk: u64) -> Result<(), StoreError> {
+        self.inner.verify(blk)
+    }
+    fn checks_blocks(&self) -> bool {
+        self.inner.checks_blocks()
     }
 }
 
@@ -218,7 +259,7 @@ impl Mounted {
 pub fn mount(media: &Media) -> Result<Mounted, String> {
     let left = Arc::new(AtomicU64::new(0));
     let l = left.clone();
-    let hook = StoreHook(Arc::new(move |inner: Arc<JournalStore>| {
+    let hook = StoreHook(Arc::new(move |inner: Arc<dyn Store>| {
         Arc::new(Interposed {
             inner,
             left: l.clone(),

@@ -22,9 +22,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use ptsd_blockdev::Fault;
 use ptsd_fs::{Caller, Errno, FileSystem, SetAttr};
-use ptsd_ftl::Variant;
 
-use crate::assembly::{self, Media, Mounted, FTLS};
+use crate::assembly::{self, Media, Mounted, Under, UNDER};
 use crate::input::Input;
 use crate::model::{fill, gen_op, parent_of, Model, Op, Tree, View, OFF_UNIT};
 use crate::{CheckResult, Violation};
@@ -456,7 +455,7 @@ pub fn run(data: &[u8]) -> CheckResult {
     };
     let concurrent = concurrent.map(|(op, k)| (scale(op), k));
     let second = inp.u16();
-    let ftl = FTLS[inp.below(FTLS.len() as u32) as usize];
+    let ftl = UNDER[inp.below(UNDER.len() as u32) as usize];
     let opts = Opts {
         crash,
         eager_evict,
@@ -480,7 +479,7 @@ struct Opts {
     concurrent: Option<(usize, u64)>,
     /// Picks the post-crash images and the second crash during recovery.
     second: u16,
-    ftl: Variant,
+    ftl: Under,
     /// Between-operation cuts to draw (at most).
     snaps: usize,
 }
@@ -543,7 +542,7 @@ fn run_ops(ops: &[Op], opts: Opts) -> CheckResult {
         Violation::new(
             T,
             format!(
-                "{what}\n  after {skip} earlier ops and: {tail:?}\n  crash: {crash:?}, FTL {ftl:?}"
+                "{what}\n  after {skip} earlier ops and: {tail:?}\n  crash: {crash:?}, on {ftl:?}"
             ),
         )
     };
@@ -771,13 +770,13 @@ pub fn run_case(
         torn: false,
         concurrent,
         second: 0,
-        ftl: FTLS[0],
+        ftl: UNDER[0],
         snaps: 0,
     };
     run_ops(ops, opts)
 }
 
-/// Run a fixed workload (the exhaustive set) on the SSD with FTL `ftl`:
+/// Run a fixed workload (the exhaustive set) on `ftl`:
 /// `ops`, crashed at region event `event.1` of operation `event.0` (`None`:
 /// no crash, every step checked live); `second` picks the post-crash
 /// images and the second crash during recovery; `snaps` cuts are also
@@ -786,7 +785,7 @@ pub fn run_fixed(
     ops: &[Op],
     event: Option<(usize, u64)>,
     second: u16,
-    ftl: Variant,
+    ftl: Under,
     snaps: usize,
 ) -> CheckResult {
     let crash = event.map_or(Crash::None, |(op, event)| Crash::RegionEvent { op, event });
@@ -803,9 +802,9 @@ pub fn run_fixed(
 }
 
 /// The region events (journal persistence points: a crash point each) of
-/// every operation of `ops`, run without a crash on the SSD with FTL `ftl`;
-/// the exhaustive sets crash at each.
-pub fn events_per_op(ops: &[Op], ftl: Variant) -> Result<Vec<u64>, String> {
+/// every operation of `ops`, run without a crash on `ftl`; the exhaustive
+/// sets crash at each.
+pub fn events_per_op(ops: &[Op], ftl: Under) -> Result<Vec<u64>, String> {
     let media = Media::new(ftl);
     let mut live = Live {
         m: assembly::mount(&media)?,

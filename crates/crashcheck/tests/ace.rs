@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use ptsd_crashcheck::model::{Model, Op, SyncKind};
 use ptsd_crashcheck::stack_crash::{events_per_op, run_fixed};
-use ptsd_ftl::Variant;
+use ptsd_crashcheck::assembly::{Under, UNDER};
 
 fn s(x: &str) -> String {
     x.to_string()
@@ -87,7 +87,7 @@ fn valid(w: &[Op]) -> bool {
 /// operations), then crashed at every `stride`-th region event of each
 /// operation from `from` on (the workload's persistence points after its
 /// setup). Returns (runs, crash states).
-fn exhaust(w: &[Op], from: usize, stride: u64, ftl: Variant) -> (u64, u64) {
+fn exhaust(w: &[Op], from: usize, stride: u64, ftl: Under) -> (u64, u64) {
     let mut states =
         run_fixed(w, None, 0, ftl, 4).unwrap_or_else(|v| panic!("{w:?} without a crash: {v}"));
     let mut runs = 1;
@@ -113,8 +113,9 @@ fn every_one_op_workload_at_every_crash_point() {
             let mut w = setup();
             w.push(op.clone());
             w.push(sync);
-            // The FTL under the file system rotates over the schemes.
-            let ftl = ptsd_crashcheck::assembly::FTLS[i % 3];
+            // What is under the file system rotates: the SSD with each FTL,
+            // a plain device.
+            let ftl = UNDER[i % UNDER.len()];
             let (r, s) = exhaust(&w, first, 1, ftl);
             runs += r;
             states += s;
@@ -149,7 +150,7 @@ fn pairs(stride: u64) -> (u64, u64, u64) {
             } else {
                 Op::Sync
             });
-            let ftl = ptsd_crashcheck::assembly::FTLS[k % 3];
+            let ftl = UNDER[k % UNDER.len()];
             let (r, s) = exhaust(&w, first, stride, ftl);
             runs += r;
             states += s;

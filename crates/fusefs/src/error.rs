@@ -37,6 +37,14 @@ pub enum StoreError {
     /// The journal failed.
     #[error("journal: {0}")]
     Journal(#[from] ptsd_nvjournal::JournalError),
+    /// A block failed its checksum, or the checksum table is unusable.
+    #[error("block {block}: {what}")]
+    Checksum {
+        /// The block.
+        block: u64,
+        /// What is wrong.
+        what: &'static str,
+    },
 }
 
 /// Errors of mkfs, mount (opening a file system) and fsck.

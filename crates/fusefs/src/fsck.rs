@@ -59,6 +59,10 @@ pub enum Finding {
     DirHole { dir: u64, lblk: u64 },
     #[error("directory {dir}: size {size} past its last block (should be {want})")]
     DirSize { dir: u64, size: u64, want: u64 },
+    /// A data block that does not match its checksum (bit rot, a lost or
+    /// misdirected write): reads of it fail with EIO; repair punches it.
+    #[error("inode {ino}: data block {block} (file block {lblk}) does not match its checksum")]
+    DataChecksum { ino: u64, block: u64, lblk: u64 },
     #[error("directory {dir}: {error}")]
     BadDirBlock { dir: u64, error: FormatError },
     #[error("directory {dir}: entry {name:?} is a second link to directory {target}")]
@@ -189,6 +193,10 @@ impl Walker<'_> {
         true
     }
 
+    fn disown(&mut self, blk: u64) {
+        self.owned[(blk / 64) as usize] &= !(1 << (blk % 64));
+    }
+
     fn is_owned(&self, blk: u64) -> bool {
         self.owned[(blk / 64) as usize] & (1 << (blk % 64)) != 0
     }
@@ -278,7 +286,7 @@ fn special_dirs(w: &mut Walker<'_>, tree: &mut Tree) -> Result<VecDeque<u64>, Fs
         match w.load(special)? {
             Some((d, ext, chain)) => {
                 w.own(special, BlockOwner::Directory);
-                data_extents(w, special, &ext);
+                data_extents(w, special, &ext)?;
                 for c in chain {
                     w.own(c, BlockOwner::Extents(special));
                 }
@@ -435,7 +443,7 @@ fn inode(
         });
     }
     w.own(e.ino, BlockOwner::Inode(e.ino));
-    data_extents(w, e.ino, &ext);
+    data_extents(w, e.ino, &ext)?;
     for c in chain {
         w.own(c, BlockOwner::Extents(e.ino));
     }
@@ -470,8 +478,9 @@ fn inode(
 /// Claim inode `ino`'s data extents. One outside the data area or on a
 /// block already claimed is a finding (one per extent) and, on repair, is
 /// not claimed at all: the repair punches it, and the blocks stay with
-/// their other owner or are freed.
-fn data_extents(w: &mut Walker<'_>, ino: u64, ext: &[Extent]) {
+/// their other owner or are freed. On a store that keeps block checksums,
+/// every written data block is read and checked (a scrub).
+fn data_extents(w: &mut Walker<'_>, ino: u64, ext: &[Extent]) -> Result<(), FsError> {
     for x in ext {
         let len = u64::from(x.len);
         let inside = x.pblk >= w.sb.data_start
@@ -502,7 +511,28 @@ fn data_extents(w: &mut Walker<'_>, ino: u64, ext: &[Extent]) {
                 w.own(b, owner);
             }
         }
+        if !w.store.checks_blocks() || x.unwritten {
+            continue;
+        }
+        for k in 0..len {
+            match w.store.verify(x.pblk + k) {
+                Ok(()) => {}
+                Err(crate::error::StoreError::Checksum { block, .. }) => {
+                    w.problems.push(Finding::DataChecksum {
+                        ino,
+                        block,
+                        lblk: x.lblk + k,
+                    });
+                    if w.repair {
+                        w.bad_extents.push((ino, x.lblk + k, 1));
+                        w.disown(block);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
+    Ok(())
 }
 
 /// Inode `ino`'s xattr block `blk` (0: none): claimed if it decodes; if not,

@@ -27,6 +27,7 @@
 pub(crate) mod alloc;
 mod bugs;
 mod chain;
+pub mod csum;
 pub(crate) mod dir;
 pub mod error;
 pub(crate) mod extent;
@@ -43,4 +44,5 @@ pub use filesystem::{
     mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
     RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
+pub use csum::ChecksumStore;
 pub use store::{DirectStore, JournalStore, Store, StoreTxn};

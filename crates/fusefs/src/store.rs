@@ -35,6 +35,16 @@ pub trait Store: Send + Sync {
     fn close(&self) -> Result<(), StoreError>;
     /// One line saying what this store is and how durable it is.
     fn describe(&self) -> String;
+    /// Read block `blk` and check it against the checksum the store keeps
+    /// for it (fsck's scrub of file data); stores that keep none: `Ok`.
+    fn verify(&self, blk: u64) -> Result<(), StoreError> {
+        let _ = blk;
+        Ok(())
+    }
+    /// Whether [`verify`](Self::verify) checks anything.
+    fn checks_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// One open transaction.

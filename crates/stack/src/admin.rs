@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use ptsd_blockdev::FileDevice;
 use ptsd_fs::format::Superblock;
-use ptsd_fs::{DirectStore, MkfsOptions, Store};
+use ptsd_fs::{ChecksumStore, DirectStore, MkfsOptions, Store};
 
 use crate::device::{self, DeviceSpec, OpenHow, Opened};
 use crate::error::StackError;
 use crate::journal::{self, Place, Plan, LOST_NOTE};
 use crate::lock::{LockMode, PathLock};
-use crate::stack::{repair_device, StackSpec};
+use crate::stack::{direct, repair_device, StackSpec};
 
 /// What [`mkfs`] made.
 #[derive(Debug)]
@@ -71,13 +71,28 @@ pub fn mkfs(
         )?,
     };
     let desc = opened.desc.clone();
-    let store = DirectStore::new(opened.dev.clone()).map_err(|e| StackError::Fs {
-        what: format!("opening {desc}"),
-        source: e.into(),
-    })?;
-    let made = ptsd_fs::mkfs(&store, &MkfsOptions::default()).map_err(|source| StackError::Fs {
-        what: format!("formatting {desc}"),
-        source,
+    let direct: Arc<dyn Store> =
+        Arc::new(DirectStore::new(opened.dev.clone()).map_err(|e| StackError::Fs {
+            what: format!("opening {desc}"),
+            source: e.into(),
+        })?);
+    // A plain device gets block checksums (file data has no crc of its
+    // own); the emulated SSD checks every page itself.
+    let store: Result<Arc<dyn Store>, StackError> = if opened.ssd.is_some() {
+        Ok(direct)
+    } else {
+        ChecksumStore::format(direct)
+            .map(|c| Arc::new(c) as Arc<dyn Store>)
+            .map_err(|e| StackError::Fs {
+                what: format!("laying out block checksums on {desc}"),
+                source: e.into(),
+            })
+    };
+    let made = store.and_then(|store| {
+        ptsd_fs::mkfs(&*store, &MkfsOptions::default()).map_err(|source| StackError::Fs {
+            what: format!("formatting {desc}"),
+            source,
+        })
     });
     let shut = opened.shutdown_ssd();
     let superblock = made?;
@@ -149,11 +164,7 @@ fn fsck_on(spec: &StackSpec, opened: &Opened, repair: bool) -> Result<FsckOutcom
     let report = if repair {
         repair_device(dev, desc)?
     } else {
-        let store: Arc<dyn Store> =
-            Arc::new(DirectStore::new(dev.clone()).map_err(|e| StackError::Fs {
-                what: format!("opening {desc}"),
-                source: e.into(),
-            })?);
+        let store = direct(dev, desc)?;
         ptsd_fs::fsck::check(store, false).map_err(|source| StackError::Fs {
             what: format!("checking {desc}"),
             source,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::BlockDevice;
-use ptsd_fs::{FileSystem, FsError, JournalStore, MkfsOptions, Store};
+use ptsd_fs::{ChecksumStore, FileSystem, FsError, JournalStore, MkfsOptions, Store};
 use ptsd_ftl::SsdDevice;
 use ptsd_nvjournal::JournalConfig;
 
@@ -40,7 +40,7 @@ pub struct StackSpec {
 
 /// See [`StackSpec::store_hook`].
 #[derive(Clone)]
-pub struct StoreHook(pub Arc<dyn Fn(Arc<JournalStore>) -> Arc<dyn Store> + Send + Sync>);
+pub struct StoreHook(pub Arc<dyn Fn(Arc<dyn Store>) -> Arc<dyn Store> + Send + Sync>);
 
 impl std::fmt::Debug for StoreHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,19 +120,36 @@ fn fs_err(desc: &str, e: FsError) -> StackError {
     }
 }
 
+/// `base` with the block checksums it holds (a table at the end of a plain
+/// device that `mkfs` made), or `base` itself if it holds none.
+pub(crate) fn checked(base: Arc<dyn Store>, desc: &str) -> Result<Arc<dyn Store>, StackError> {
+    match ChecksumStore::open(base.clone()) {
+        Ok(Some(c)) => Ok(Arc::new(c)),
+        Ok(None) => Ok(base),
+        Err(e) => Err(StackError::Fs {
+            what: format!("opening the block checksums of {desc}"),
+            source: e.into(),
+        }),
+    }
+}
+
+/// Direct (unjournaled) access to the file system on `dev`, checksums
+/// included: mkfs, fsck and repair.
+pub(crate) fn direct(dev: &Arc<dyn BlockDevice>, desc: &str) -> Result<Arc<dyn Store>, StackError> {
+    let d = ptsd_fs::DirectStore::new(dev.clone()).map_err(|e| StackError::Fs {
+        what: format!("opening {desc}"),
+        source: e.into(),
+    })?;
+    checked(Arc::new(d), desc)
+}
+
 /// Check and repair the device alone (journal gone), then mark it clean.
 /// Shared by a mount that discards a missing journal and `fsck --repair`.
 pub(crate) fn repair_device(
     dev: &Arc<dyn BlockDevice>,
     desc: &str,
 ) -> Result<ptsd_fs::fsck::Report, StackError> {
-    let store: Arc<dyn Store> =
-        Arc::new(
-            ptsd_fs::DirectStore::new(dev.clone()).map_err(|e| StackError::Fs {
-                what: format!("opening {desc}"),
-                source: e.into(),
-            })?,
-        );
+    let store = direct(dev, desc)?;
     let report = ptsd_fs::fsck::check(store, true).map_err(|e| StackError::Fs {
         what: format!("repairing {desc}"),
         source: e,
@@ -248,9 +265,10 @@ impl Stack {
             journal.geometry().partitions
         );
         let store = Arc::new(JournalStore::new(journal, dev, what));
-        let under: Arc<dyn Store> = match &spec.store_hook {
-            Some(hook) => (hook.0)(store.clone()),
-            None => store.clone(),
+        let base = checked(store.clone(), desc)?;
+        let under = match &spec.store_hook {
+            Some(hook) => (hook.0)(base),
+            None => base,
         };
         let fs = FileSystem::mount(under).map_err(|e| fs_err(desc, e))?;
         info.orphans_freed = fs.orphans_freed;
