@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::error::StoreError;
 use crate::format::BLOCK_SIZE;
@@ -72,9 +72,10 @@ pub struct ChecksumStore {
     inner: Arc<dyn Store>,
     covered: u64,
     table_start: u64,
-    /// One crc per covered block (0: none). Locked across a transaction's
-    /// finish, so table blocks are written in transaction order.
-    table: Mutex<Vec<u32>>,
+    /// One crc per covered block (0: none). Write-locked across a
+    /// transaction's finish, so table blocks are written in transaction
+    /// order and no read sees a crc before its data (or the reverse).
+    table: RwLock<Vec<u32>>,
     /// Table blocks whose own crc failed at open: their blocks are not
     /// checked (fsck reports them; repair rewrites them).
     damaged: Vec<u64>,
@@ -164,7 +165,7 @@ impl ChecksumStore {
             inner,
             covered,
             table_start,
-            table: Mutex::new(table),
+            table: RwLock::new(table),
             damaged,
         }))
     }
@@ -216,7 +217,7 @@ impl StoreTxn for CTxn<'_> {
             store,
             crcs,
         } = *self;
-        let mut table = store.table.lock();
+        let mut table = store.table.write();
         let mut old = Vec::with_capacity(crcs.len());
         let mut touched = std::collections::BTreeSet::new();
         for &(b, c) in &crcs {
@@ -251,7 +252,7 @@ impl Store for ChecksumStore {
             });
         }
         self.inner.read(blk, buf)?;
-        let table = self.table.lock();
+        let table = self.table.read();
         for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
             let b = blk + i as u64;
             let want = table.get(b as usize).copied().unwrap_or(0);
