@@ -13,9 +13,9 @@
 
 use std::time::Instant;
 
+use ptsd_crashcheck::assembly::{Under, UNDER};
 use ptsd_crashcheck::model::{Model, Op, SyncKind};
 use ptsd_crashcheck::stack_crash::{events_per_op, run_fixed};
-use ptsd_crashcheck::assembly::{Under, UNDER};
 
 fn s(x: &str) -> String {
     x.to_string()

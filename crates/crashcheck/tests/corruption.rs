@@ -180,7 +180,9 @@ fn seeded_corruption_never_reads_back_as_wrong_data() {
                     .create(fs.root(), &[b'f', b'0' + n], 0o644, Caller::default())
                     .unwrap()
                     .ino;
-                let data: Vec<u8> = (0..5 * BS).map(|k| n ^ (k as u8) ^ (k >> 12) as u8).collect();
+                let data: Vec<u8> = (0..5 * BS)
+                    .map(|k| n ^ (k as u8) ^ (k >> 12) as u8)
+                    .collect();
                 fs.write(ino, 0, &data).unwrap();
                 want.push((ino, data));
             }
@@ -211,6 +213,8 @@ fn seeded_corruption_never_reads_back_as_wrong_data() {
         }
         let _ = stack.close();
     }
-    println!("seeded corruption: {ok} blocks read back intact, {eio} reads failed with EIO, 0 wrong");
+    println!(
+        "seeded corruption: {ok} blocks read back intact, {eio} reads failed with EIO, 0 wrong"
+    );
     assert!(eio > 0, "the corruption must have hit some data");
 }

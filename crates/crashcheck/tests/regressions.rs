@@ -140,3 +140,44 @@ fn decode_seeds_fsck_repair_leaves_clean() {
         ptsd_crashcheck::decode::run(&input).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
     }
 }
+
+/// A directory inode whose size field is huge (a resealed inode) made
+/// `readdir` allocate a vector of that many blocks and abort the process
+/// (found by the seeded `decode` runner; libFuzzer's malloc limit had hidden
+/// it). The size is now checked against the blocks the directory maps: an
+/// error, no allocation.
+#[test]
+fn a_directory_with_a_huge_size_is_an_error_not_an_allocation() {
+    use ptsd_fs::format::{decode_dir_block, DiskInode};
+    use ptsd_fs::{Caller, Errno, FileSystem};
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 1024).unwrap());
+    let store = || -> Arc<dyn Store> { Arc::new(DirectStore::new(dev.clone()).unwrap()) };
+    mkfs(&*store(), &MkfsOptions::default()).unwrap();
+    let d = {
+        let fs = FileSystem::mount(store()).unwrap();
+        let d = fs.mkdir(fs.root(), b"d", 0o755, Caller::default()).unwrap();
+        fs.close().unwrap();
+        d.ino
+    };
+    let mut b = vec![0u8; 4096];
+    dev.read(d, &mut b).unwrap();
+    let mut di = DiskInode::decode(&b, d).unwrap();
+    di.size = 1 << 50;
+    dev.write(d, &di.encode()).unwrap();
+    let fs = FileSystem::mount(store()).unwrap();
+    let ino = fs.lookup(fs.root(), b"d").map(|a| a.ino);
+    match ino {
+        Ok(ino) => assert_eq!(fs.readdir(ino, 0, 100).err(), Some(Errno::EIO)),
+        Err(e) => assert_eq!(e, Errno::EIO),
+    }
+    // A directory block claiming 65 535 entries: an error.
+    let mut blk = vec![0u8; 4096];
+    blk[..4].copy_from_slice(b"PTDR");
+    blk[8..16].copy_from_slice(&7u64.to_le_bytes());
+    blk[16..18].copy_from_slice(&u16::MAX.to_le_bytes());
+    blk[18..20].copy_from_slice(&4096u16.to_le_bytes());
+    let c = crc32c::crc32c_append(crc32c::crc32c(&blk[..4]), &[0u8; 4]);
+    let c = crc32c::crc32c_append(c, &blk[8..]);
+    blk[4..8].copy_from_slice(&c.to_le_bytes());
+    assert!(decode_dir_block(&blk, 9, 7).is_err());
+}

@@ -579,7 +579,8 @@ pub fn decode_dir_block(b: &[u8], blk: u64, owner: u64) -> Result<Vec<RawDirent>
     if end > BLOCK_SIZE {
         return Err(bad("entries run past the block".into()));
     }
-    let mut out = Vec::with_capacity(count);
+    // `count` is from the media: reserve no more than a block can hold.
+    let mut out = Vec::with_capacity(count.min((end.saturating_sub(DIR_HEADER)) / DIRENT_FIXED));
     let mut o = DIR_HEADER;
     for _ in 0..count {
         if o + DIRENT_FIXED > end {

@@ -39,10 +39,10 @@ pub mod opcount;
 pub mod store;
 pub mod uring;
 
+pub use csum::ChecksumStore;
 pub use error::{Damage, Errno, FormatError, FsError, StoreError};
 pub use filesystem::{
     mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
     RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
-pub use csum::ChecksumStore;
 pub use store::{DirectStore, JournalStore, Store, StoreTxn};

@@ -72,10 +72,12 @@ pub fn mkfs(
     };
     let desc = opened.desc.clone();
     let direct: Arc<dyn Store> =
-        Arc::new(DirectStore::new(opened.dev.clone()).map_err(|e| StackError::Fs {
-            what: format!("opening {desc}"),
-            source: e.into(),
-        })?);
+        Arc::new(
+            DirectStore::new(opened.dev.clone()).map_err(|e| StackError::Fs {
+                what: format!("opening {desc}"),
+                source: e.into(),
+            })?,
+        );
     // A plain device gets block checksums (file data has no crc of its
     // own); the emulated SSD checks every page itself.
     let store: Result<Arc<dyn Store>, StackError> = if opened.ssd.is_some() {

@@ -69,4 +69,4 @@ pub use admin::{fsck, mkfs, Formatted, FsckOutcome};
 pub use device::{default_ssd_config, small_ssd_config, DeviceSpec, DEFAULT_SSD_BYTES};
 pub use error::StackError;
 pub use journal::{default_journal_path, JournalSpec, MissingJournal, LOST_NOTE};
-pub use stack::{OpenInfo, Stack, StackSpec, StoreHook};
+pub use stack::{OpenInfo, Stack, StackSpec, StoreHook, WrapStore};

@@ -40,7 +40,11 @@ pub struct StackSpec {
 
 /// See [`StackSpec::store_hook`].
 #[derive(Clone)]
-pub struct StoreHook(pub Arc<dyn Fn(Arc<dyn Store>) -> Arc<dyn Store> + Send + Sync>);
+pub struct StoreHook(pub Arc<WrapStore>);
+
+/// What a [`StoreHook`] calls: the store the file system would mount on,
+/// in; the one it mounts on, out.
+pub type WrapStore = dyn Fn(Arc<dyn Store>) -> Arc<dyn Store> + Send + Sync;
 
 impl std::fmt::Debug for StoreHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

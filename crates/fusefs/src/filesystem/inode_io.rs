@@ -123,7 +123,21 @@ impl FileSystem {
     /// Read a directory's blocks into its index.
     pub(super) fn load_dir(&self, g: &Inode) -> Result<DirIndex, LoadErr> {
         let nblocks = g.d.size / BS;
-        let mut blocks = Vec::with_capacity(nblocks as usize);
+        // The size is from the media: a corrupt one must be an error, not
+        // an allocation of its size (a directory has no holes, so it cannot
+        // span more blocks than it maps).
+        if nblocks > g.ext.mapped_blocks() {
+            return Err(FormatError::Corrupt {
+                what: "directory",
+                block: g.d.ino,
+                why: format!(
+                    "size of {nblocks} blocks but only {} mapped",
+                    g.ext.mapped_blocks()
+                ),
+            }
+            .into());
+        }
+        let mut blocks = Vec::with_capacity(nblocks.min(self.store.num_blocks()) as usize);
         let mut b = vec![0u8; BLOCK_SIZE];
         for lblk in 0..nblocks {
             let (pblk, _, _) = g.ext.lookup(lblk).ok_or_else(|| FormatError::Corrupt {
