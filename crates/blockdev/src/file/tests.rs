@@ -1,0 +1,290 @@
+//! Tests of the file device under every option set: round trips, errors, discard and zeroes, batches against a model, threads, tmpfs, a block-device node.
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+
+const BS: usize = 4096;
+
+fn pattern(tag: u64, blocks: usize) -> Vec<u8> {
+    (0..BS * blocks)
+        .map(|i| (tag as usize * 131 + i * 7 + i / BS) as u8)
+        .collect()
+}
+
+/// A copy of `data` that starts one byte past an aligned address, so
+/// O_DIRECT must bounce it.
+fn misaligned(data: &[u8]) -> (Vec<u8>, usize) {
+    let mut v = vec![0u8; data.len() + 1];
+    let start = if v.as_ptr() as usize % 2 == 0 { 1 } else { 0 };
+    v[start..start + data.len()].copy_from_slice(data);
+    (v, start)
+}
+
+fn all_options() -> Vec<FileDeviceOptions> {
+    let mut v = Vec::new();
+    for direct in [true, false] {
+        for uring in [true, false] {
+            v.push(
+                FileDeviceOptions::new()
+                    .direct(direct)
+                    .io_uring(uring)
+                    .io_uring_buffered(uring),
+            );
+        }
+    }
+    v
+}
+
+#[test]
+fn round_trip_aligned_and_unaligned() {
+    let dir = tempfile::tempdir().unwrap();
+    for (n, opts) in all_options().into_iter().enumerate() {
+        let path = dir.path().join(format!("d{n}.img"));
+        let dev = opts.create(&path, 32).unwrap();
+        let data = pattern(n as u64, 3);
+        dev.write(4, &data).unwrap();
+        let (v, start) = misaligned(&pattern(99, 2));
+        dev.write(20, &v[start..start + 2 * BS]).unwrap();
+
+        let mut back = vec![0u8; 3 * BS];
+        dev.read(4, &mut back).unwrap();
+        assert_eq!(back, data, "{dev:?}");
+        let mut v = vec![0u8; 2 * BS + 1];
+        let start = if v.as_ptr() as usize % 2 == 0 { 1 } else { 0 };
+        dev.read(20, &mut v[start..start + 2 * BS]).unwrap();
+        assert_eq!(&v[start..start + 2 * BS], &pattern(99, 2)[..], "{dev:?}");
+        dev.flush().unwrap();
+        drop(dev);
+
+        let dev = opts.open(&path).unwrap();
+        assert_eq!(dev.num_blocks(), 32);
+        let mut back = vec![0u8; 3 * BS];
+        dev.read(4, &mut back).unwrap();
+        assert_eq!(back, data);
+        dev.read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+    }
+}
+
+#[test]
+fn bad_requests_and_files_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = FileDevice::create(dir.path().join("a.img"), 4096, 8).unwrap();
+    let buf = vec![0u8; BS];
+    assert!(matches!(
+        dev.write(8, &buf),
+        Err(BlockError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        dev.write(0, &buf[..100]),
+        Err(BlockError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        dev.write(0, &[]),
+        Err(BlockError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        dev.discard(7, 2),
+        Err(BlockError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        dev.write_zeroes(u64::MAX, 1),
+        Err(BlockError::OutOfRange { .. })
+    ));
+    // A bad extent anywhere in a batch writes nothing at all.
+    let good = pattern(1, 1);
+    let err = dev.write_batch(&[(0, &good), (9, &good)]).unwrap_err();
+    assert!(matches!(err, BlockError::OutOfRange { .. }));
+    let mut back = vec![0u8; BS];
+    dev.read(0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
+
+    let odd = dir.path().join("odd.img");
+    std::fs::write(&odd, vec![0u8; BS + 1]).unwrap();
+    let err = FileDevice::open(&odd, 4096).unwrap_err();
+    assert!(matches!(err, BlockError::InvalidConfig(ref m) if m.contains("whole number")));
+    let empty = dir.path().join("empty.img");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(
+        FileDevice::open(&empty, 4096),
+        Err(BlockError::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        FileDevice::open(dir.path(), 4096),
+        Err(BlockError::Io(_))
+    )); // EISDIR
+    assert!(matches!(
+        FileDevice::open(dir.path().join("none"), 4096),
+        Err(BlockError::Io(_))
+    ));
+    assert!(matches!(
+        FileDevice::open(&odd, 1000),
+        Err(BlockError::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        FileDevice::create(dir.path().join("z"), 4096, 0),
+        Err(BlockError::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        FileDevice::create(dir.path().join("huge"), 4096, u64::MAX / 2),
+        Err(BlockError::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn discard_and_write_zeroes_read_as_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    for (n, opts) in all_options().into_iter().enumerate() {
+        let dev = opts.create(dir.path().join(format!("z{n}")), 16).unwrap();
+        dev.write(0, &pattern(5, 16)).unwrap();
+        dev.discard(2, 3).unwrap();
+        dev.write_zeroes(10, 2).unwrap();
+        dev.discard(0, 0).unwrap();
+        let mut back = vec![0u8; 16 * BS];
+        dev.read(0, &mut back).unwrap();
+        let expect = pattern(5, 16);
+        for b in 0..16 {
+            let got = &back[b * BS..(b + 1) * BS];
+            if (2..5).contains(&b) || (10..12).contains(&b) {
+                assert!(got.iter().all(|&x| x == 0), "block {b} of {dev:?}");
+            } else {
+                assert_eq!(got, &expect[b * BS..(b + 1) * BS], "block {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn batches_match_a_model() {
+    let seed = 0xb10c_u64;
+    let dir = tempfile::tempdir().unwrap();
+    for (n, opts) in all_options().into_iter().enumerate() {
+        // Four ring entries force a 60-extent batch through many
+        // submissions.
+        let opts = opts.ring_entries(4);
+        let dev = opts.create(dir.path().join(format!("b{n}")), 256).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed + n as u64);
+        let mut model = vec![0u8; 256 * BS];
+        for round in 0..3u64 {
+            let mut owned = Vec::new();
+            for i in 0..60u64 {
+                let blocks = rng.gen_range(1..4usize);
+                let block = rng.gen_range(0..=256 - blocks as u64);
+                let data = pattern(round * 1000 + i, blocks);
+                let off = block as usize * BS;
+                model[off..off + data.len()].copy_from_slice(&data);
+                // Every third extent sits at an odd address.
+                let (v, start) = if i % 3 == 0 {
+                    misaligned(&data)
+                } else {
+                    (data.clone(), 0)
+                };
+                owned.push((block, v, start, data.len()));
+            }
+            let batch: Vec<(u64, &[u8])> = owned
+                .iter()
+                .map(|(b, v, s, len)| (*b, &v[*s..*s + *len]))
+                .collect();
+            dev.write_batch(&batch).unwrap();
+        }
+        dev.flush().unwrap();
+        // Read everything back as a batch of 64 single blocks, half of
+        // them into odd addresses.
+        let mut bufs: Vec<Vec<u8>> = (0..256).map(|_| vec![0u8; BS + 1]).collect();
+        for chunk in 0..4 {
+            let mut reads: Vec<(u64, &mut [u8])> = bufs[chunk * 64..(chunk + 1) * 64]
+                .iter_mut()
+                .enumerate()
+                .map(|(i, v)| {
+                    let s = i % 2;
+                    ((chunk * 64 + i) as u64, &mut v[s..s + BS])
+                })
+                .collect();
+            dev.read_batch(&mut reads).unwrap();
+        }
+        for (b, v) in bufs.iter().enumerate() {
+            let s = b % 64 % 2;
+            assert_eq!(
+                &v[s..s + BS],
+                &model[b * BS..(b + 1) * BS],
+                "seed {seed}: block {b} of {dev:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn many_threads_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(FileDevice::create(dir.path().join("t.img"), 4096, 256).unwrap());
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let dev = Arc::clone(&dev);
+            std::thread::spawn(move || {
+                let data: Vec<Vec<u8>> = (0..64).map(|i| pattern(t * 64 + i, 1)).collect();
+                let batch: Vec<(u64, &[u8])> = data
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (t * 64 + i as u64, &d[..]))
+                    .collect();
+                dev.write_batch(&batch[..32]).unwrap();
+                for &(b, d) in &batch[32..] {
+                    dev.write(b, d).unwrap();
+                }
+                dev.flush().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut buf = vec![0u8; BS];
+    for b in 0..256u64 {
+        dev.read(b, &mut buf).unwrap();
+        assert_eq!(buf, pattern(b, 1), "block {b}");
+    }
+}
+
+#[test]
+fn tmpfs_is_buffered_and_works() {
+    // /dev/shm is tmpfs on Linux: O_DIRECT is skipped there (it only
+    // adds copies), and unaligned buffers must still work.
+    let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+        return;
+    };
+    let dev = FileDevice::create(dir.path().join("s.img"), 4096, 8).unwrap();
+    let (v, s) = misaligned(&pattern(3, 2));
+    dev.write_batch(&[(0, &v[s..s + 2 * BS]), (5, &pattern(4, 1))])
+        .unwrap();
+    let mut back = vec![0u8; 2 * BS];
+    dev.read(0, &mut back).unwrap();
+    assert_eq!(back, pattern(3, 2), "{dev:?}");
+    assert!(!dev.is_direct(), "tmpfs gains nothing from O_DIRECT");
+}
+
+/// Runs on a real block device only when one is named (it is
+/// overwritten!): `PTSD_TEST_BLOCKDEV=/dev/loop0 cargo test`.
+#[test]
+fn block_device_when_given() {
+    let Ok(path) = std::env::var("PTSD_TEST_BLOCKDEV") else {
+        return;
+    };
+    let dev = FileDevice::open(&path, 4096).unwrap();
+    eprintln!("{dev:?}");
+    assert!(dev.is_block_device());
+    assert!(dev.num_blocks() >= 16);
+    dev.write(0, &pattern(8, 16)).unwrap();
+    dev.discard(1, 2).unwrap();
+    dev.write_zeroes(5, 1).unwrap();
+    dev.flush().unwrap();
+    let mut back = vec![0u8; 16 * BS];
+    dev.read(0, &mut back).unwrap();
+    assert!(back[BS..3 * BS].iter().all(|&b| b == 0));
+    assert!(back[5 * BS..6 * BS].iter().all(|&b| b == 0));
+    assert_eq!(&back[..BS], &pattern(8, 16)[..BS]);
+    assert!(FileDevice::create(&path, 4096, 1).is_err());
+}
