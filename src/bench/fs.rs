@@ -15,6 +15,7 @@ use ptsd_bench::fsbench::suite::{
     self, Durability, Role, Setup, SpawnSpec, SuiteConfig, TargetSpec,
 };
 use ptsd_bench::fsbench::target::{self, Ext4Setup};
+use ptsd_bench::fsbench::bulk::BulkConfig;
 use ptsd_bench::fsbench::{Bound, SyncKind, TokubenchConfig, VarmailConfig};
 use ptsd_blockdev::size::parse_size;
 
@@ -115,6 +116,22 @@ pub struct FsArgs {
     /// Only the tokubench-like workload.
     #[arg(long)]
     only_tokubench: bool,
+    /// Also run the bulk-data workload (sequential write + fsync, cold
+    /// sequential read, cold 4 KiB random read).
+    #[arg(long)]
+    bulk: bool,
+    /// Only the bulk-data workload.
+    #[arg(long, conflicts_with_all = ["only_varmail", "only_tokubench"])]
+    only_bulk: bool,
+    /// Size of each bulk thread's file.
+    #[arg(long, value_parser = parse_size, default_value = "256MiB")]
+    bulk_size: u64,
+    /// Bytes per read/write call of the bulk sequential parts.
+    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
+    bulk_io: u64,
+    /// Bound the bulk random reads by reads per thread instead of seconds.
+    #[arg(long)]
+    bulk_rand_reads: Option<u64>,
     /// Seed of the workloads' choices and contents.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -461,8 +478,18 @@ pub fn run(a: FsArgs) -> Result<()> {
             cleanup: !a.keep,
             ..TokubenchConfig::default()
         },
-        skip_varmail: a.only_tokubench,
-        skip_tokubench: a.only_varmail,
+        bulk: BulkConfig {
+            threads: a.threads,
+            file_size: a.bulk_size,
+            io_size: usize::try_from(a.bulk_io).context("--bulk-io")?,
+            rand_bound: a.bulk_rand_reads.map_or(seconds, Bound::Ops),
+            seed: a.seed,
+            drop_caches: true,
+            cleanup: !a.keep,
+        },
+        skip_varmail: a.only_tokubench || a.only_bulk,
+        skip_tokubench: a.only_varmail || a.only_bulk,
+        skip_bulk: !(a.bulk || a.only_bulk),
         rounds: a.rounds,
         settle: Duration::from_secs_f64(a.settle),
         disk: FlushCounter::disk_of(&work_dir),

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ptsd_bench::fsbench::bulk::{BulkConfig, BulkPart};
 use ptsd_bench::fsbench::devstat::FlushCounter;
 use ptsd_bench::fsbench::noopfs::{NoopMount, NoopOptions};
 use ptsd_bench::fsbench::report;
@@ -175,6 +176,15 @@ fn suite_reports_a_directory_target_and_a_failing_one() {
         },
         skip_varmail: false,
         skip_tokubench: false,
+        bulk: BulkConfig {
+            threads: 2,
+            file_size: 1 << 20,
+            io_size: 256 << 10,
+            rand_bound: Bound::Ops(50),
+            drop_caches: false,
+            ..BulkConfig::default()
+        },
+        skip_bulk: false,
         rounds: 3,
         settle: Duration::ZERO,
         disk: FlushCounter::disk_of(dir.path()),
@@ -211,11 +221,18 @@ fn suite_reports_a_directory_target_and_a_failing_one() {
     let ok = &runs.runs[0];
     assert_eq!(ok.varmail.as_ref().unwrap().result.ops, 200);
     assert_eq!(ok.tokubench.as_ref().unwrap().result.files, 500);
+    let bulk = ok.bulk.as_ref().unwrap();
+    assert_eq!(bulk.result.bytes, 2 << 20);
+    assert_eq!(bulk.result.rand_ops, 100);
+    assert_eq!(
+        ok.bulk_parts.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [BulkPart::SeqWrite, BulkPart::SeqRead, BulkPart::RandRead]
+    );
     assert!(ok.errors.is_empty());
     assert_eq!(
         runs.runs[1].errors.len(),
-        2,
-        "both workloads failed on the missing dir"
+        3,
+        "all three workloads failed on the missing dir"
     );
     let report = report::build(&cfg, runs);
     assert!(report::first_error(&report).is_err());
@@ -229,7 +246,9 @@ fn suite_reports_a_directory_target_and_a_failing_one() {
     assert_eq!(cmp.verdict, report::Verdict::NotMeasured);
     let table = report::render_table(&report);
     assert!(
-        table.contains("ext4-shm") && table.contains("round 1 ptsd: varmail"),
+        table.contains("ext4-shm")
+            && table.contains("round 1 ptsd: varmail")
+            && table.contains("cold read MB/s"),
         "{table}"
     );
     let json = serde_json::to_value(&report).unwrap();

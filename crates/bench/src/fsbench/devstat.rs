@@ -65,9 +65,99 @@ pub fn parse_flushes(stat: &str) -> Option<u64> {
     stat.split_whitespace().nth(15)?.parse().ok()
 }
 
+/// What a daemon process (all its threads) spent: context switches and
+/// read/write-class syscalls (`/proc/PID/task/*/{status,io}`), to say what
+/// one workload op costs in kernel crossings. `syscr`/`syscw` count every
+/// read- and write-class syscall (`/dev/fuse` reads and writes, `pread` and
+/// `pwrite` on images), not io_uring submissions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcCost {
+    /// Voluntary context switches (a thread blocked).
+    pub voluntary_ctxt: u64,
+    /// Involuntary ones (preempted).
+    pub nonvoluntary_ctxt: u64,
+    /// Read-class syscalls.
+    pub syscr: u64,
+    /// Write-class syscalls.
+    pub syscw: u64,
+}
+
+impl ProcCost {
+    /// The sums over the live threads of process `pid` (None if it is gone
+    /// or `/proc` does not say). Threads that exited are not counted.
+    pub fn read(pid: u32) -> Option<Self> {
+        let mut c = ProcCost::default();
+        for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let t = t.ok()?.path();
+            let (Ok(status), Ok(io)) = (
+                std::fs::read_to_string(t.join("status")),
+                std::fs::read_to_string(t.join("io")),
+            ) else {
+                continue;
+            };
+            c.add(&parse_proc(&status, &io));
+        }
+        Some(c)
+    }
+
+    fn add(&mut self, o: &ProcCost) {
+        self.voluntary_ctxt += o.voluntary_ctxt;
+        self.nonvoluntary_ctxt += o.nonvoluntary_ctxt;
+        self.syscr += o.syscr;
+        self.syscw += o.syscw;
+    }
+
+    /// `self - earlier`, field by field (0 where a thread went away).
+    pub fn since(&self, earlier: &ProcCost) -> ProcCost {
+        ProcCost {
+            voluntary_ctxt: self.voluntary_ctxt.saturating_sub(earlier.voluntary_ctxt),
+            nonvoluntary_ctxt: self
+                .nonvoluntary_ctxt
+                .saturating_sub(earlier.nonvoluntary_ctxt),
+            syscr: self.syscr.saturating_sub(earlier.syscr),
+            syscw: self.syscw.saturating_sub(earlier.syscw),
+        }
+    }
+}
+
+/// One task's counters from its `status` and `io` files.
+pub fn parse_proc(status: &str, io: &str) -> ProcCost {
+    let field = |text: &str, key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    ProcCost {
+        voluntary_ctxt: field(status, "voluntary_ctxt_switches:"),
+        nonvoluntary_ctxt: field(status, "nonvoluntary_ctxt_switches:"),
+        syscr: field(io, "syscr:"),
+        syscw: field(io, "syscw:"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_counters_are_parsed_and_summed() {
+        let status = "Name:\tptsd\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        let io = "rchar: 1\nwchar: 2\nsyscr: 30\nsyscw: 40\nread_bytes: 0\n";
+        let c = parse_proc(status, io);
+        assert_eq!(
+            c,
+            ProcCost {
+                voluntary_ctxt: 120,
+                nonvoluntary_ctxt: 7,
+                syscr: 30,
+                syscw: 40
+            }
+        );
+        let mine = ProcCost::read(std::process::id()).expect("own /proc entry");
+        assert!(mine.voluntary_ctxt + mine.nonvoluntary_ctxt > 0);
+        assert_eq!(c.since(&c), ProcCost::default());
+    }
 
     #[test]
     fn the_flush_field_is_the_sixteenth() {

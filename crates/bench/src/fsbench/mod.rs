@@ -11,6 +11,10 @@
 //! - [`run_tokubench`]: create many 4 KiB files in directories of 1000
 //!   (write + close, optionally one `syncfs` at the end). Reports files/s.
 //!
+//! - [`bulk::run_bulk`]: sequential write + fsync, cold sequential read
+//!   and cold 4 KiB random read of one large file per thread. Reports MB/s
+//!   and reads/s.
+//!
 //! Targets ([`target`]): ext4 on loop devices over image files (on disk,
 //! on /dev/shm, or with its journal on /dev/shm), a
 //! [`NoopFs`](noopfs::NoopFs) FUSE mount (in-memory, no work: the FUSE
@@ -29,6 +33,8 @@
 //! assert_eq!(result.verified_files, 100);
 //! ```
 
+pub mod bulk;
+mod bulkreport;
 pub mod devstat;
 mod error;
 pub mod noopfs;

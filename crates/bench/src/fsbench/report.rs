@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::suite::{
     over_uring, Durability, MachineLoad, Role, SuiteConfig, SuiteRuns, TargetInfo, TargetRun, EXT4,
-    EXT4_SHM, NOOP, PTSD, PTSD_DURABLE, PTSD_URING,
+    EXT4_RAMJOURNAL, EXT4_SHM, NOOP, PTSD, PTSD_DURABLE, PTSD_URING,
 };
 use super::{FsBenchError, Result};
 
@@ -29,6 +29,12 @@ pub enum Metric {
     VarmailFsyncP50,
     /// tokubench-like files/s (creates, before the final syncfs).
     TokubenchFiles,
+    /// Bulk sequential write + fsync, MB/s.
+    BulkWrite,
+    /// Bulk cold sequential read, MB/s.
+    BulkRead,
+    /// Bulk cold 4 KiB random reads/s.
+    BulkRandRead,
 }
 
 impl Metric {
@@ -37,6 +43,9 @@ impl Metric {
             Metric::VarmailOps => "varmail ops/s",
             Metric::VarmailFsyncP50 => "varmail fsync p50",
             Metric::TokubenchFiles => "tokubench files/s",
+            Metric::BulkWrite => "seq write MB/s",
+            Metric::BulkRead => "cold seq read MB/s",
+            Metric::BulkRandRead => "4k rand read/s",
         }
     }
 
@@ -49,6 +58,9 @@ impl Metric {
                 .filter(|v| v.result.fsync.count > 0)
                 .map(|v| v.result.fsync.p50_us),
             Metric::TokubenchFiles => run.tokubench.as_ref().map(|t| t.result.files_per_sec),
+            Metric::BulkWrite => run.bulk.as_ref().map(|b| b.result.write_mb_per_sec),
+            Metric::BulkRead => run.bulk.as_ref().map(|b| b.result.read_mb_per_sec),
+            Metric::BulkRandRead => run.bulk.as_ref().map(|b| b.result.rand_iops),
         }
     }
 
@@ -147,6 +159,30 @@ pub const GOALS: &[Goal] = &[
         num: PTSD_URING,
         den: PTSD,
         bar: Bar::AtMost(1.0),
+    },
+    Goal {
+        metric: Metric::BulkWrite,
+        num: PTSD,
+        den: EXT4_RAMJOURNAL,
+        bar: Bar::AtLeast(0.5),
+    },
+    Goal {
+        metric: Metric::BulkRead,
+        num: PTSD,
+        den: EXT4_RAMJOURNAL,
+        bar: Bar::AtLeast(0.5),
+    },
+    Goal {
+        metric: Metric::BulkWrite,
+        num: PTSD_DURABLE,
+        den: EXT4,
+        bar: Bar::AtLeast(0.5),
+    },
+    Goal {
+        metric: Metric::BulkRead,
+        num: PTSD_DURABLE,
+        den: EXT4,
+        bar: Bar::AtLeast(0.5),
     },
 ];
 
@@ -275,6 +311,8 @@ fn daemon_cpu(runs: &[(Option<f64>, u64, f64)]) -> Option<DaemonCpu> {
         us_per_op: cpu * 1e6 / ops as f64,
         cpus: cpu / secs,
     })
+    /// The bulk-data figures.
+    pub bulk: super::bulkreport::BulkSummary,
 }
 
 /// Everything one `ptsd bench fs` measured, and what it means.
@@ -295,7 +333,7 @@ pub struct SuiteReport {
 }
 
 /// Sum over runs of per-opcode requests, divided by the sum of `ops`.
-fn per_op(pairs: &[(&[(String, u64)], u64)]) -> Vec<(String, f64)> {
+pub(super) fn per_op(pairs: &[(&[(String, u64)], u64)]) -> Vec<(String, f64)> {
     let ops: u64 = pairs.iter().map(|p| p.1).sum();
     if ops == 0 {
         return Vec::new();
@@ -362,6 +400,7 @@ fn summarize(t: &TargetInfo, runs: &[&TargetRun]) -> TargetSummary {
                 .map(|t| (t.counters.daemon_cpu_s, t.result.files, t.result.elapsed_s))
                 .collect::<Vec<_>>(),
         ),
+        bulk: super::bulkreport::summarize(runs),
     }
 }
 
@@ -381,6 +420,9 @@ fn pairs(targets: &[TargetInfo]) -> Vec<(Metric, String, String, String)> {
         Metric::VarmailOps,
         Metric::VarmailFsyncP50,
         Metric::TokubenchFiles,
+        Metric::BulkWrite,
+        Metric::BulkRead,
+        Metric::BulkRandRead,
     ];
     for s in targets.iter().filter(|t| t.role == Role::Subject) {
         let classed = matches!(
@@ -400,7 +442,12 @@ fn pairs(targets: &[TargetInfo]) -> Vec<(Metric, String, String, String)> {
                 .iter()
                 .filter(|c| c.role == Role::Ceiling && over_uring(&c.name) == over_uring(&s.name))
             {
-                for m in [Metric::VarmailOps, Metric::TokubenchFiles] {
+                                for m in [
+                    Metric::VarmailOps,
+                    Metric::TokubenchFiles,
+                    Metric::BulkWrite,
+                    Metric::BulkRead,
+                ] {
                     add(m, &s.name, &c.name, "ceiling");
                 }
             }
@@ -517,7 +564,7 @@ pub fn build(config: &SuiteConfig, runs: SuiteRuns) -> SuiteReport {
     }
 }
 
-fn spread_cell(s: Option<Spread>, digits: usize) -> String {
+pub(super) fn spread_cell(s: Option<Spread>, digits: usize) -> String {
     match s {
         Some(s) if s.n > 1 => format!(
             "{:.*} ({:.*}..{:.*})",
@@ -528,7 +575,7 @@ fn spread_cell(s: Option<Spread>, digits: usize) -> String {
     }
 }
 
-fn requests_line(v: &[(String, f64)]) -> String {
+pub(super) fn requests_line(v: &[(String, f64)]) -> String {
     let total: f64 = v.iter().map(|x| x.1).sum();
     let mut parts: Vec<&(String, f64)> = v.iter().filter(|x| x.1 >= 0.005).collect();
     parts.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -641,6 +688,9 @@ pub fn render_table(report: &SuiteReport) -> String {
                     .map_or("-".into(), |x| format!("{:.0}", x.median)),
             );
         }
+    }
+    if !c.skip_bulk {
+        super::bulkreport::render(&mut s, report);
     }
     let counted: Vec<&TargetSummary> = report
         .summary
@@ -822,9 +872,12 @@ mod tests {
                     loop_flushes: Vec::new(),
                     requests: vec![("lookup".into(), ops as u64 * 2)],
                     daemon_cpu_s: Some(0.25),
+                    daemon: None,
                 },
             }),
             tokubench: None,
+            bulk: None,
+            bulk_parts: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -890,6 +943,8 @@ mod tests {
             tokubench: Default::default(),
             skip_varmail: false,
             skip_tokubench: true,
+            bulk: Default::default(),
+            skip_bulk: true,
             rounds: 3,
             settle: std::time::Duration::ZERO,
             disk: None,

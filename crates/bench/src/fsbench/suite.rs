@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::devstat::FlushCounter;
+use super::bulk::{run_bulk_observed, BulkConfig, BulkPart, BulkResult};
+use super::devstat::{FlushCounter, ProcCost};
 use super::noopfs::{NoopMount, NoopOptions};
 use super::target::{Ext4Loop, Ext4Setup, SpawnedMount};
 use super::{
@@ -200,7 +201,7 @@ impl Mounted {
         }
     }
 
-    /// The spawned daemon's pid (None for the in-process and kernel ones).
+    /// The FUSE daemon's process, when it is one of its own.
     fn daemon_pid(&self) -> Option<u32> {
         match self {
             Mounted::Spawned(m) => m.pid(),
@@ -309,6 +310,10 @@ pub struct SuiteConfig {
     pub skip_varmail: bool,
     /// Skip the tokubench-like workload.
     pub skip_tokubench: bool,
+    /// The bulk-data run on every target.
+    pub bulk: BulkConfig,
+    /// Skip the bulk-data workload.
+    pub skip_bulk: bool,
     /// Rounds (every target once per round).
     pub rounds: usize,
     /// Pause after `sync`, right before each timed run.
@@ -330,6 +335,8 @@ pub struct Counters {
     /// CPU seconds (user + system) the spawned daemon used; what polling
     /// costs (`ptsd mount -o uring_poll`).
     pub daemon_cpu_s: Option<f64>,
+    /// What the FUSE daemon process spent (a spawned daemon only).
+    pub daemon: Option<ProcCost>,
 }
 
 /// One workload run on one target in one round.
@@ -356,6 +363,10 @@ pub struct TargetRun {
     pub varmail: Option<WorkloadRun<VarmailResult>>,
     /// The tokubench-like run.
     pub tokubench: Option<WorkloadRun<TokubenchResult>>,
+    /// The bulk-data run, with the counters of each of its parts.
+    pub bulk: Option<WorkloadRun<BulkResult>>,
+    /// Counters of the bulk run's parts (sequential write, read, random read).
+    pub bulk_parts: Vec<(BulkPart, Counters)>,
     /// Errors met (setup, a workload, teardown).
     pub errors: Vec<String>,
 }
@@ -379,6 +390,7 @@ struct Snapshot {
     disk: Option<u64>,
     loops: Vec<(String, Option<u64>)>,
     requests: Option<Vec<u64>>,
+    daemon: Option<ProcCost>,
 }
 
 /// CPU seconds (utime + stime, all threads) of process `pid`.
@@ -394,17 +406,24 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     (hz > 0).then(|| ticks as f64 / hz as f64)
 }
 
-fn snapshot(
-    cfg: &SuiteConfig,
-    loops: &[FlushCounter],
-    op_counts: Option<&Path>,
-    daemon: Option<u32>,
-) -> Snapshot {
+/// What a run watches besides the disk: the target's loop devices, its
+/// request-count file and its daemon.
+#[derive(Clone, Copy)]
+struct Watch<'a> {
+    loops: &'a [FlushCounter],
+    op_counts: Option<&'a Path>,
+    pid: Option<u32>,
+}
+
+fn snapshot(cfg: &SuiteConfig, w: Watch<'_>) -> Snapshot {
     Snapshot {
-        cpu: daemon.and_then(cpu_seconds),
+        cpu: w.pid.and_then(cpu_seconds),
         disk: cfg.disk.as_ref().and_then(FlushCounter::read),
-        loops: loops.iter().map(|l| (l.name.clone(), l.read())).collect(),
-        requests: op_counts.and_then(|p| ptsd_fs::opcount::read_counts(p).ok()),
+        loops: w.loops.iter().map(|l| (l.name.clone(), l.read())).collect(),
+        requests: w
+            .op_counts
+            .and_then(|p| ptsd_fs::opcount::read_counts(p).ok()),
+        daemon: w.pid.and_then(ProcCost::read),
     }
 }
 
@@ -427,6 +446,7 @@ fn counters(a: &Snapshot, b: &Snapshot) -> Counters {
                 .collect(),
             _ => Vec::new(),
         },
+        daemon: a.daemon.zip(b.daemon).map(|(a, b)| b.since(&a)),
     }
 }
 
@@ -434,9 +454,7 @@ fn counters(a: &Snapshot, b: &Snapshot) -> Counters {
 /// at [`Phase::End`].
 fn observer<'a>(
     cfg: &'a SuiteConfig,
-    loops: &'a [FlushCounter],
-    op_counts: Option<&'a Path>,
-    daemon: Option<u32>,
+    watch: Watch<'a>,
     out: &'a mut Option<Counters>,
 ) -> impl FnMut(Phase) + 'a {
     let mut start = None;
@@ -445,11 +463,11 @@ fn observer<'a>(
             // SAFETY: sync(2) has no preconditions.
             unsafe { libc::sync() };
             std::thread::sleep(cfg.settle);
-            start = Some(snapshot(cfg, loops, op_counts, daemon));
+            start = Some(snapshot(cfg, watch));
         }
         Phase::End => {
             if let Some(s) = &start {
-                *out = Some(counters(s, &snapshot(cfg, loops, op_counts, daemon)));
+                *out = Some(counters(s, &snapshot(cfg, watch)));
             }
         }
     }
@@ -462,14 +480,17 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
         .iter()
         .filter_map(|d| FlushCounter::device(d))
         .collect();
-    let counts = spec.op_counts.as_deref();
-    let daemon = mounted.daemon_pid();
+    let watch = Watch {
+        loops: &loops,
+        op_counts: spec.op_counts.as_deref(),
+        pid: mounted.daemon_pid(),
+    };
     if !cfg.skip_varmail {
         let mut c = None;
         let r = run_varmail_observed(
             mounted.dir(),
             &cfg.varmail,
-            &mut observer(cfg, &loops, counts, daemon, &mut c),
+            &mut observer(cfg, watch, &mut c),
         );
         match r {
             Ok(result) => {
@@ -486,7 +507,7 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
         let r = run_tokubench_observed(
             mounted.dir(),
             &cfg.tokubench,
-            &mut observer(cfg, &loops, counts, daemon, &mut c),
+            &mut observer(cfg, watch, &mut c),
         );
         match r {
             Ok(result) => {
@@ -496,6 +517,77 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
                 })
             }
             Err(e) => run.errors.push(format!("tokubench: {e}")),
+        }
+    }
+    if !cfg.skip_bulk {
+        let mut parts = Vec::new();
+        let mut current: Option<(BulkPart, Snapshot)> = None;
+        let r = run_bulk_observed(mounted.dir(), &cfg.bulk, &mut |part, phase| match phase {
+            Phase::Start => {
+                // SAFETY: sync(2) has no preconditions.
+                unsafe { libc::sync() };
+                std::thread::sleep(cfg.settle);
+                current = Some((part, snapshot(cfg, watch)));
+            }
+            Phase::End => {
+                if let Some((p, s)) = current.take() {
+                    parts.push((p, counters(&s, &snapshot(cfg, watch))));
+                }
+            }
+        });
+        match r {
+            Ok(result) => {
+                let mut all = Counters::default();
+                for (_, c) in &parts {
+                    all = all.plus(c);
+                }
+                run.bulk = Some(WorkloadRun {
+                    result,
+                    counters: all,
+                });
+                run.bulk_parts = parts;
+            }
+            Err(e) => run.errors.push(format!("bulk: {e}")),
+        }
+    }
+}
+
+impl Counters {
+    /// Both runs' counts added (for a workload timed in parts).
+    fn plus(&self, o: &Counters) -> Counters {
+        let add = |a: &[(String, u64)], b: &[(String, u64)]| {
+            let mut out = a.to_vec();
+            for (n, v) in b {
+                match out.iter_mut().find(|(m, _)| m == n) {
+                    Some((_, x)) => *x += v,
+                    None => out.push((n.clone(), *v)),
+                }
+            }
+            out
+        };
+        Counters {
+            disk_flushes: match (self.disk_flushes, o.disk_flushes) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+            },
+            loop_flushes: add(&self.loop_flushes, &o.loop_flushes),
+            daemon_cpu_s: match (self.daemon_cpu_s, o.daemon_cpu_s) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+            },
+            requests: add(&self.requests, &o.requests),
+            daemon: match (self.daemon, o.daemon) {
+                (None, None) => None,
+                (a, b) => {
+                    let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+                    Some(ProcCost {
+                        voluntary_ctxt: a.voluntary_ctxt + b.voluntary_ctxt,
+                        nonvoluntary_ctxt: a.nonvoluntary_ctxt + b.nonvoluntary_ctxt,
+                        syscr: a.syscr + b.syscr,
+                        syscw: a.syscw + b.syscw,
+                    })
+                }
+            },
         }
     }
 }
@@ -566,6 +658,8 @@ pub fn run_suite(
                 description: String::new(),
                 varmail: None,
                 tokubench: None,
+                bulk: None,
+                bulk_parts: Vec::new(),
                 errors: Vec::new(),
             };
             match set_up(spec, scratch) {
@@ -592,6 +686,15 @@ pub fn run_suite(
                     "[round {} {name}] tokubench {:.0} files/s",
                     round + 1,
                     t.result.files_per_sec
+                ));
+            }
+            if let Some(b) = &run.bulk {
+                progress(&format!(
+                    "[round {} {name}] bulk write+fsync {:.0} MB/s, cold read {:.0} MB/s, 4 KiB random read {:.0}/s",
+                    round + 1,
+                    b.result.write_mb_per_sec,
+                    b.result.read_mb_per_sec,
+                    b.result.rand_iops
                 ));
             }
             for e in &run.errors {
@@ -660,6 +763,7 @@ mod tests {
             disk: Some(10),
             loops: vec![("loop0".into(), Some(5))],
             requests: Some(vec![1; ptsd_fs::opcount::OPS]),
+            daemon: None,
         };
         let mut req = vec![1; ptsd_fs::opcount::OPS];
         req[0] = 4;
@@ -668,6 +772,7 @@ mod tests {
             disk: Some(13),
             loops: vec![("loop0".into(), Some(9))],
             requests: Some(req),
+            daemon: None,
         };
         let c = counters(&a, &b);
         assert_eq!(c.disk_flushes, Some(3));
