@@ -292,6 +292,11 @@ impl AllocCtx<'_> {
             .collect()
     }
 
+    /// Whether this operation freed any block.
+    pub fn freed_any(&self) -> bool {
+        self.undo.iter().any(|&(_, was)| was)
+    }
+
     /// The transaction finished: keep the changes and release the groups.
     pub fn commit(mut self) {
         self.done = true;

@@ -54,6 +54,9 @@ const BS: u64 = BLOCK_SIZE as u64;
 /// Largest file: file block numbers are stored in 32 bits.
 pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * BS;
 const MAX_LINKS: u32 = 65000;
+/// Smallest write (in whole new blocks) that takes the ordered-mode path:
+/// below it, journaling the data costs less than the device flush.
+pub const DEFAULT_ORDERED_MIN_BLOCKS: u64 = 16;
 const SHARDS: usize = 64;
 /// Busy inodes remembered for another eviction attempt (beyond this, an
 /// inode stays cached until the kernel looks it up and forgets it again).
@@ -210,6 +213,15 @@ pub struct FileSystem {
     clean: AtomicBool,
     /// Orphans freed while mounting (open-unlinked files of a crashed run).
     pub orphans_freed: u64,
+    /// Ordered-mode data (see `data.rs`): a write of at least this many
+    /// whole, newly allocated blocks sends them straight home; 0 = always
+    /// journal data.
+    ordered_min_blocks: AtomicU64,
+    /// Bumped by every transaction that frees blocks, before they can be
+    /// allocated again.
+    free_gen: AtomicU64,
+    /// The `free_gen` a journal commit has covered.
+    free_synced: AtomicU64,
 }
 
 /// Locks held by one operation, by inode number.
@@ -283,6 +295,9 @@ impl FileSystem {
             closed: AtomicBool::new(false),
             clean: AtomicBool::new(false),
             orphans_freed: 0,
+            ordered_min_blocks: AtomicU64::new(DEFAULT_ORDERED_MIN_BLOCKS),
+            free_gen: AtomicU64::new(0),
+            free_synced: AtomicU64::new(0),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -362,8 +377,22 @@ impl FileSystem {
 
     /// Write one operation's blocks as one transaction.
     fn commit(&self, w: Writes, ctx: Option<AllocCtx<'_>>) -> Result<(), Errno> {
+        self.commit_ordered(w, Writes::new(), ctx)
+    }
+
+    /// [`commit`](Self::commit) with file data blocks newly allocated by
+    /// this transaction (`ordered`), which the store may write home first.
+    fn commit_ordered(
+        &self,
+        w: Writes,
+        ordered: Writes,
+        ctx: Option<AllocCtx<'_>>,
+    ) -> Result<(), Errno> {
         let res = (|| {
             let mut tx = self.store.begin();
+            for (blk, data) in &ordered {
+                tx.write_ordered(*blk, data)?;
+            }
             for (blk, data) in &w {
                 tx.write(*blk, data)?;
             }
@@ -377,6 +406,11 @@ impl FileSystem {
         match res {
             Ok(()) => {
                 if let Some(ctx) = ctx {
+                    if ctx.freed_any() {
+                        // Before the freed blocks can be allocated again
+                        // (the groups are released when `ctx` goes).
+                        self.free_gen.fetch_add(1, Ordering::SeqCst);
+                    }
                     ctx.commit();
                 }
                 Ok(())

@@ -51,6 +51,18 @@ pub trait Store: Send + Sync {
 pub trait StoreTxn {
     /// Add a full block to the transaction.
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError>;
+    /// Add a full block of file data that no finished transaction refers
+    /// to yet (a block this transaction allocates): a store may write it
+    /// straight to its home location instead of journaling it (ordered
+    /// mode, as ext4's `data=ordered`), provided it is durable before
+    /// anything of this transaction can be — a crash then shows either the
+    /// old metadata (the block unreferenced) or the new metadata and the
+    /// data. The default journals it like [`write`](Self::write), which is
+    /// always correct (a wrapping store that does not forward this keeps
+    /// full data journaling).
+    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.write(blk, data)
+    }
     /// Make the transaction visible (and part of the next sync) as a whole.
     fn finish(self: Box<Self>) -> Result<(), StoreError>;
 }
@@ -152,14 +164,55 @@ impl JournalStore {
     }
 }
 
-struct JournalTxn<'j>(ptsd_nvjournal::Tx<'j>);
+struct JournalTxn<'j> {
+    tx: ptsd_nvjournal::Tx<'j>,
+    journal: &'j ptsd_nvjournal::Journal,
+    dev: &'j dyn BlockDevice,
+    /// Ordered-mode blocks, written to the device at `finish`.
+    ordered: Vec<(u64, Vec<u8>)>,
+}
 
 impl StoreTxn for JournalTxn<'_> {
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
-        Ok(self.0.write(blk, data)?)
+        Ok(self.tx.write(blk, data)?)
     }
-    fn finish(self: Box<Self>) -> Result<(), StoreError> {
-        self.0.finish()?;
+    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        // A version still in the journal would be checkpointed (or
+        // replayed after a crash) over the device write: journal this one
+        // too, so it is the newest. Nobody else writes the block meanwhile
+        // (it is this transaction's), so the answer cannot go stale.
+        if self.journal.holds(blk) {
+            return self.write(blk, data);
+        }
+        ptsd_blockdev::check_request(self.dev, blk, data.len())?;
+        self.ordered.push((blk, data.to_vec()));
+        Ok(())
+    }
+    fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
+        if !self.ordered.is_empty() {
+            // Data first, durable (the device flush) before the metadata
+            // that points at it can be committed: a transaction becomes
+            // part of a commit only once finished, so flushing here keeps
+            // every crash from exposing unwritten blocks in a file.
+            self.ordered.sort_unstable_by_key(|b| b.0);
+            // Contiguous blocks as one request each (a 1 MiB FUSE write is
+            // one device write, not 256).
+            let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+            for (blk, data) in std::mem::take(&mut self.ordered) {
+                match runs.last_mut() {
+                    Some((start, buf)) if *start + (buf.len() / BLOCK_SIZE) as u64 == blk => {
+                        buf.extend_from_slice(&data)
+                    }
+                    _ => runs.push((blk, data)),
+                }
+            }
+            let batch: Vec<(u64, &[u8])> = runs.iter().map(|(b, d)| (*b, d.as_slice())).collect();
+            self.dev.write_batch(&batch)?;
+            if !crate::bugs::active("ordered_no_flush") {
+                self.dev.flush()?;
+            }
+        }
+        self.tx.finish()?;
         Ok(())
     }
 }
@@ -172,7 +225,12 @@ impl Store for JournalStore {
         Ok(self.journal.read(blk, buf)?)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
-        Box::new(JournalTxn(self.journal.begin()))
+        Box::new(JournalTxn {
+            tx: self.journal.begin(),
+            journal: &self.journal,
+            dev: &*self.dev,
+            ordered: Vec::new(),
+        })
     }
     fn sync(&self) -> Result<(), StoreError> {
         Ok(self.journal.commit()?)

@@ -407,6 +407,18 @@ impl Journal {
         self.inner.read(block, buf)
     }
 
+    /// Whether a finished transaction's version of `block` is still in the
+    /// journal (not yet checkpointed). When this says no, every version the
+    /// journal ever held is home, the device flushed and the ring's durable
+    /// tail past it (a checkpoint drops a block from the index only then),
+    /// so recovery never replays an old version over a write made straight
+    /// to the device afterwards — which is what ordered-mode data relies on.
+    pub fn holds(&self, block: u64) -> bool {
+        let part = &self.inner.parts[self.inner.partition_of(block)];
+        let held = part.index(block).read().contains_key(&block);
+        held
+    }
+
     /// Commit, then checkpoint every committed block to the device and wait
     /// for it (device flushed, ring space freed).
     pub fn checkpoint(&self) -> Result<()> {
