@@ -21,6 +21,16 @@ pub trait Store: Send + Sync {
     fn num_blocks(&self) -> u64;
     /// Read the newest finished version of one block.
     fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError>;
+    /// Read the consecutive blocks `[blk, blk + buf.len() / BLOCK_SIZE)`.
+    /// The caller holds off writers of these blocks meanwhile (the file's
+    /// lock), so a store may read them in one device request. The default
+    /// reads block by block.
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        for (i, b) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
+            self.read(blk + i as u64, b)?;
+        }
+        Ok(())
+    }
     /// Start a transaction. Dropping it unfinished aborts it.
     fn begin(&self) -> Box<dyn StoreTxn + '_>;
     /// Make every finished transaction durable.
@@ -223,6 +233,28 @@ impl Store for JournalStore {
     }
     fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         Ok(self.journal.read(blk, buf)?)
+    }
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        // Blocks the journal holds come from it; the others, found not
+        // held first and read from the device after, in runs: with no
+        // writer, a block once checkpointed out of the journal is home.
+        let n = (buf.len() / BLOCK_SIZE) as u64;
+        let mut i = 0;
+        while i < n {
+            let at = |k: u64| k as usize * BLOCK_SIZE;
+            if self.journal.holds(blk + i) {
+                self.journal.read(blk + i, &mut buf[at(i)..at(i + 1)])?;
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < n && !self.journal.holds(blk + j) {
+                j += 1;
+            }
+            self.dev.read(blk + i, &mut buf[at(i)..at(j)])?;
+            i = j;
+        }
+        Ok(())
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
         Box::new(JournalTxn {

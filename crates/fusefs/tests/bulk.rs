@@ -142,6 +142,18 @@ fn large_writes_go_home_once_small_ones_are_journaled() {
         fs.write(a.ino, 4 << 20, &[1u8; 4096]).unwrap();
         assert!(journal.stats().staged_blocks - before >= 1);
         assert_eq!(fs.read(a.ino, 0, 1 << 20).unwrap(), data);
+        // Overwrites stay journaled: a read of the run then takes some
+        // blocks from the journal, the others from the device.
+        let mut data = data;
+        for at in [3usize, 100, 101, 255] {
+            let patch = vec![at as u8 ^ 0x5a; 4096];
+            fs.write(a.ino, (at * 4096) as u64, &patch).unwrap();
+            data[at * 4096..(at + 1) * 4096].copy_from_slice(&patch);
+        }
+        fs.write(a.ino, 5000, b"unaligned").unwrap();
+        data[5000..5009].copy_from_slice(b"unaligned");
+        assert_eq!(fs.read(a.ino, 0, 1 << 20).unwrap(), data);
+        assert_eq!(fs.read(a.ino, 4090, 20).unwrap(), data[4090..4110]);
         fs.fsync().unwrap();
         fs.close().unwrap();
     }

@@ -18,19 +18,29 @@ impl FileSystem {
             return Ok(Vec::new());
         }
         let end = g.d.size.min(offset + u64::from(size));
+        // Holes and unwritten extents stay zero without any I/O; written
+        // runs are read one device request per physically contiguous run.
         let mut out = vec![0u8; (end - offset) as usize];
-        let mut blockbuf = vec![0u8; BLOCK_SIZE];
-        let mut pos = offset;
-        while pos < end {
-            let lblk = pos / BS;
-            let in_blk = (pos % BS) as usize;
-            let n = ((BS - pos % BS).min(end - pos)) as usize;
-            let o = (pos - offset) as usize;
-            if let Some((pblk, false, _)) = g.ext.lookup(lblk) {
-                self.store.read(pblk, &mut blockbuf)?;
-                out[o..o + n].copy_from_slice(&blockbuf[in_blk..in_blk + n]);
+        let mut runbuf = Vec::new();
+        let last = (end - 1) / BS;
+        let mut lblk = offset / BS;
+        while lblk <= last {
+            let Some((pblk, unwritten, left)) = g.ext.lookup(lblk) else {
+                lblk = g.ext.next_mapped(lblk).unwrap_or(last + 1);
+                continue;
+            };
+            let n = left.min(last + 1 - lblk);
+            if !unwritten {
+                runbuf.resize((n * BS) as usize, 0);
+                self.store.read_run(pblk, &mut runbuf)?;
+                // The part of the run inside [offset, end).
+                let lo = offset.max(lblk * BS);
+                let hi = end.min((lblk + n) * BS);
+                let from = (lo - lblk * BS) as usize;
+                out[(lo - offset) as usize..(hi - offset) as usize]
+                    .copy_from_slice(&runbuf[from..from + (hi - lo) as usize]);
             }
-            pos += n as u64;
+            lblk += n;
         }
         Ok(out)
     }
