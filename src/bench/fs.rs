@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use ptsd_bench::fsbench::bulk::BulkConfig;
 use ptsd_bench::fsbench::devstat::FlushCounter;
 use ptsd_bench::fsbench::noopfs::NoopOptions;
 use ptsd_bench::fsbench::report;
@@ -15,7 +16,6 @@ use ptsd_bench::fsbench::suite::{
     self, Durability, Role, Setup, SpawnSpec, SuiteConfig, TargetSpec,
 };
 use ptsd_bench::fsbench::target::{self, Ext4Setup};
-use ptsd_bench::fsbench::bulk::BulkConfig;
 use ptsd_bench::fsbench::{Bound, SyncKind, TokubenchConfig, VarmailConfig};
 use ptsd_blockdev::size::parse_size;
 

@@ -112,7 +112,11 @@ fn holes_are_read_without_io() {
 /// A journaled fs over memory media; returns the fs and its journal.
 fn journaled(blocks: u64) -> (FileSystem, Arc<Journal>) {
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, blocks).unwrap());
-    mkfs(&DirectStore::new(dev.clone()).unwrap(), &MkfsOptions::default()).unwrap();
+    mkfs(
+        &DirectStore::new(dev.clone()).unwrap(),
+        &MkfsOptions::default(),
+    )
+    .unwrap();
     let journal = Journal::create(CrashRegion::new(8 << 20), dev.clone(), cfg()).unwrap();
     let store: Arc<dyn Store> = Arc::new(JournalStore::new(journal.clone(), dev, "test".into()));
     (FileSystem::mount(store).unwrap(), journal)
@@ -168,7 +172,11 @@ fn ordered_data_never_lands_in_a_block_whose_free_is_not_durable() {
     for seed in 0..8u64 {
         let dev = Arc::new(CrashDevice::new(4096, 2048).unwrap());
         let ddev: Arc<dyn BlockDevice> = dev.clone();
-        mkfs(&DirectStore::new(ddev.clone()).unwrap(), &MkfsOptions::default()).unwrap();
+        mkfs(
+            &DirectStore::new(ddev.clone()).unwrap(),
+            &MkfsOptions::default(),
+        )
+        .unwrap();
         dev.flush().unwrap();
         let region = CrashRegion::new(2 << 20);
         let journal = Journal::create(region.clone(), ddev.clone(), cfg()).unwrap();

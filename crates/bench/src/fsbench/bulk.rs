@@ -168,9 +168,9 @@ fn make_cold(files: &[PathBuf], drop_caches: bool) -> Result<Cold> {
         // SAFETY: `f` is open for the call; fadvise reads no memory of ours.
         let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         if rc != 0 {
-            return Err(io_err("posix_fadvise", p)(std::io::Error::from_raw_os_error(
-                rc,
-            )));
+            return Err(io_err("posix_fadvise", p)(
+                std::io::Error::from_raw_os_error(rc),
+            ));
         }
     }
     // SAFETY: sync(2) has no preconditions.

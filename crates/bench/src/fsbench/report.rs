@@ -287,6 +287,8 @@ pub struct TargetSummary {
     pub varmail_daemon_cpu: Option<DaemonCpu>,
     /// The spawned daemon's CPU per created file (us) and in CPUs busy.
     pub tokubench_daemon_cpu: Option<DaemonCpu>,
+    /// The bulk-data figures.
+    pub bulk: super::bulkreport::BulkSummary,
 }
 
 /// What a spawned FUSE daemon's CPU time came to during a workload.
@@ -311,8 +313,6 @@ fn daemon_cpu(runs: &[(Option<f64>, u64, f64)]) -> Option<DaemonCpu> {
         us_per_op: cpu * 1e6 / ops as f64,
         cpus: cpu / secs,
     })
-    /// The bulk-data figures.
-    pub bulk: super::bulkreport::BulkSummary,
 }
 
 /// Everything one `ptsd bench fs` measured, and what it means.
@@ -442,7 +442,7 @@ fn pairs(targets: &[TargetInfo]) -> Vec<(Metric, String, String, String)> {
                 .iter()
                 .filter(|c| c.role == Role::Ceiling && over_uring(&c.name) == over_uring(&s.name))
             {
-                                for m in [
+                for m in [
                     Metric::VarmailOps,
                     Metric::TokubenchFiles,
                     Metric::BulkWrite,
