@@ -26,7 +26,9 @@ fn spec(dev: &Arc<CrashDevice>, region: &CrashRegion) -> StackSpec {
 }
 
 fn block(tag: u8, i: usize) -> Vec<u8> {
-    (0..BS).map(|k| tag ^ (k as u8) ^ (i as u8) << 4).collect()
+    (0..BS)
+        .map(|k| tag ^ (k as u8) ^ ((i as u8) << 4))
+        .collect()
 }
 
 fn ino_of(fs: &FileSystem, name: &[u8]) -> u64 {
