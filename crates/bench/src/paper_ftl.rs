@@ -65,6 +65,12 @@ pub enum PaperError {
     },
     #[error("invalid experiment options: {0}")]
     Options(String),
+    #[error("workload of phase {phase}")]
+    Workload {
+        phase: String,
+        #[source]
+        source: ptsd_ftl::workload::WorkloadError,
+    },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -356,9 +362,10 @@ fn run_closed_phases(
             sim.restore(saved);
             preconditioned = sim.checkpoint();
         }
-        let mut workload = spec
-            .build()
-            .map_err(|e| PaperError::Options(format!("{phase_name}: {e}")))?;
+        let mut workload = spec.build().map_err(|source| PaperError::Workload {
+            phase: phase_name.clone(),
+            source,
+        })?;
         let report = sim
             .run_closed(&phase_name, &mut workload, opts.qd)
             .map_err(|source| PaperError::Sim {
@@ -393,9 +400,10 @@ fn run_open_phase(
         .pop()
         .ok_or_else(|| PaperError::Options("no mixed phase to run open-loop".to_string()))?;
     let name = open_phase_name(opts);
-    let workload = spec
-        .build()
-        .map_err(|e| PaperError::Options(format!("{name}: {e}")))?;
+    let workload = spec.build().map_err(|source| PaperError::Workload {
+        phase: name.clone(),
+        source,
+    })?;
     let mut arrivals = Poisson::new(workload, iops, opts.seed + 3);
     Simulator::from_checkpoint(saved)
         .run_open(&name, &mut arrivals, 1.0)
