@@ -33,14 +33,17 @@ pub enum KernelError {
     #[error("this kernel has no ublk driver ({CONTROL_PATH} is missing): modprobe ublk_drv, or build with CONFIG_BLK_DEV_UBLK")]
     NoDriver,
     /// A ublk control or queue command failed.
-    #[error("ublk device {id}: {what}: {err}")]
+    #[error("ublk device {id}: {what} failed{}", .errno.map(|n| format!(" (errno {n})")).unwrap_or_default())]
     Ublk {
         /// The device.
         id: i32,
         /// The command.
         what: &'static str,
-        /// libublk's error with its Debug form, which keeps the errno its Display drops.
-        err: String,
+        /// The errno libublk's error carries (its message leaves it out).
+        errno: Option<i32>,
+        /// libublk's error.
+        #[source]
+        source: libublk::UblkError,
     },
     /// A device id below -1.
     #[error("invalid device id {0}")]
@@ -90,8 +93,8 @@ fn ublk_err(id: i32, what: &'static str) -> impl FnOnce(libublk::UblkError) -> K
     move |e| KernelError::Ublk {
         id,
         what,
-        // Debug keeps the errno that Display drops ("other failure").
-        err: format!("{e} ({e:?})"),
+        errno: errno_of(&e),
+        source: e,
     }
 }
 
@@ -123,7 +126,8 @@ fn check_result(id: i32, what: &'static str, r: i32) -> Result<(), KernelError> 
     Err(KernelError::Ublk {
         id,
         what,
-        err: std::io::Error::from_raw_os_error(-r).to_string(),
+        errno: Some(-r),
+        source: libublk::UblkError::IOError(std::io::Error::from_raw_os_error(-r)),
     })
 }
 
@@ -294,7 +298,7 @@ impl<'a> KernelQueue<'a> {
         .user_data(UblkIOCtx::build_user_data(0, 0, 0, true));
         self.q
             .ublk_submit_sqe_sync(sqe)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+            .map_err(std::io::Error::other)
     }
 }
 
