@@ -33,6 +33,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use ptsd_blockdev::le::{get_u32, get_u64, put_u32, put_u64};
+
 const HEADER_MAGIC: &[u8; 8] = b"PTSDACK1";
 const RECORD_MAGIC: &[u8; 4] = b"PAR1";
 const SLOT_BYTES: usize = 40;
@@ -144,40 +146,28 @@ struct Header {
     page: u32,
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut v = [0u8; 8];
-    v.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(v)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut v = [0u8; 4];
-    v.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(v)
-}
-
 fn encode_header(h: &Header) -> [u8; SLOT_BYTES] {
     let mut b = [0u8; SLOT_BYTES];
     b[..8].copy_from_slice(HEADER_MAGIC);
-    b[8..16].copy_from_slice(&h.seq.to_le_bytes());
-    b[16..24].copy_from_slice(&h.generation.to_le_bytes());
-    b[24..32].copy_from_slice(&h.start.to_le_bytes());
-    b[32..36].copy_from_slice(&h.page.to_le_bytes());
+    put_u64(&mut b, 8, h.seq);
+    put_u64(&mut b, 16, h.generation);
+    put_u64(&mut b, 24, h.start);
+    put_u32(&mut b, 32, h.page);
     let crc = crc32c::crc32c(&b[..36]);
-    b[36..40].copy_from_slice(&crc.to_le_bytes());
+    put_u32(&mut b, 36, crc);
     b
 }
 
 fn decode_header(b: &[u8]) -> Option<Header> {
-    if b.len() < SLOT_BYTES || &b[..8] != HEADER_MAGIC || crc32c::crc32c(&b[..36]) != u32_at(b, 36)
+    if b.len() < SLOT_BYTES || &b[..8] != HEADER_MAGIC || crc32c::crc32c(&b[..36]) != get_u32(b, 36)
     {
         return None;
     }
     Some(Header {
-        seq: u64_at(b, 8),
-        generation: u64_at(b, 16),
-        start: u64_at(b, 24),
-        page: u32_at(b, 32),
+        seq: get_u64(b, 8),
+        generation: get_u64(b, 16),
+        start: get_u64(b, 24),
+        page: get_u32(b, 32),
     })
 }
 
@@ -185,11 +175,11 @@ fn encode_record(kind: u8, generation: u64, lpn: u64, pages: u32, data: &[u8]) -
     let mut h = [0u8; RECORD_HEADER];
     h[..4].copy_from_slice(RECORD_MAGIC);
     h[4] = kind;
-    h[8..16].copy_from_slice(&generation.to_le_bytes());
-    h[16..24].copy_from_slice(&lpn.to_le_bytes());
-    h[24..28].copy_from_slice(&pages.to_le_bytes());
+    put_u64(&mut h, 8, generation);
+    put_u64(&mut h, 16, lpn);
+    put_u32(&mut h, 24, pages);
     let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..28]), data);
-    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    put_u32(&mut h, 28, crc);
     h
 }
 
@@ -277,10 +267,10 @@ impl AckLog {
         let mut h = [0u8; RECORD_HEADER];
         while at + RECORD_HEADER as u64 <= len {
             self.file.read_exact_at(&mut h, at)?;
-            if &h[..4] != RECORD_MAGIC || u64_at(&h, 8) != self.generation {
+            if &h[..4] != RECORD_MAGIC || get_u64(&h, 8) != self.generation {
                 break;
             }
-            let (kind, lpn, pages) = (h[4], u64_at(&h, 16), u32_at(&h, 24));
+            let (kind, lpn, pages) = (h[4], get_u64(&h, 16), get_u32(&h, 24));
             if pages == 0
                 || lpn
                     .checked_add(u64::from(pages))
@@ -301,7 +291,7 @@ impl AckLog {
             self.file
                 .read_exact_at(&mut data, at + RECORD_HEADER as u64)?;
             let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..28]), &data);
-            if crc != u32_at(&h, 28) {
+            if crc != get_u32(&h, 28) {
                 break;
             }
             out.push(match kind {
