@@ -268,6 +268,27 @@ impl Timeline {
     /// chip is free for `pre + xfer + post` ns and the channel for `xfer` ns
     /// from `s + pre`. Returns its end.
     fn place(&mut self, chip: u32, t: u64, pre: u64, xfer: u64, post: u64) -> u64 {
+        match self.place_before(chip, t, pre, xfer, post, None, true) {
+            Some(end) => end,
+            None => unreachable!("placement without a deadline always succeeds"),
+        }
+    }
+
+    /// [`place`](Self::place), but only if the operation starts before
+    /// `before` (if given); with `reserve` false only the check is made.
+    /// Returns its end, or `None` (nothing reserved).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn place_before(
+        &mut self,
+        chip: u32,
+        t: u64,
+        pre: u64,
+        xfer: u64,
+        post: u64,
+        before: Option<u64>,
+        reserve: bool,
+    ) -> Option<u64> {
         debug_assert!(t >= self.now, "placed at {t} before now {}", self.now);
         let now = self.now;
         let ch = self.channel_of(chip);
@@ -276,24 +297,47 @@ impl Timeline {
         let total = pre + xfer + post;
         if xfer == 0 {
             let (s, at) = chip.find(t, total);
-            chip.reserve_at(at, s, total);
-            return s + total;
+            if before.is_some_and(|b| s >= b) {
+                return None;
+            }
+            if reserve {
+                chip.reserve_at(at, s, total);
+            }
+            return Some(s + total);
         }
         let channel = &mut self.channels[ch];
         channel.prune(now);
         let mut s = t;
-        let at = loop {
+        let (at, x, xi) = loop {
             let (start, at) = chip.find(s, total);
             s = start;
+            if before.is_some_and(|b| s >= b) {
+                return None;
+            }
             let (x, xi) = channel.find(s + pre, xfer);
             if x == s + pre {
-                channel.reserve_at(xi, x, xfer);
-                break at;
+                break (at, x, xi);
             }
             s = x - pre;
         };
-        chip.reserve_at(at, s, total);
-        s + total
+        if reserve {
+            channel.reserve_at(xi, x, xfer);
+            chip.reserve_at(at, s, total);
+        }
+        Some(s + total)
+    }
+
+    /// A page read (as [`read`](Self::read)) in `chip`'s idle time: placed
+    /// only if it starts before `before`.
+    pub fn read_before(&mut self, chip: u32, t: u64, before: u64) -> Option<u64> {
+        self.place_before(chip, t, self.t_read, self.t_xfer, 0, Some(before), true)
+    }
+
+    /// Whether a page program from `t` would start on `chip` before
+    /// `before` (nothing is reserved).
+    pub fn program_fits_before(&mut self, chip: u32, t: u64, before: u64) -> bool {
+        self.place_before(chip, t, 0, self.t_xfer, self.t_prog, Some(before), false)
+            .is_some()
     }
 
     /// Page read: the chip senses the page, then it crosses the channel.
@@ -318,6 +362,7 @@ impl Timeline {
     /// `before`, it is placed only if it starts before that time (GC takes
     /// only the idle time ahead of the host's next operation); returns
     /// its end, or `None` if not placed.
+    #[cfg(test)]
     pub fn gc_step(
         &mut self,
         chip: u32,
@@ -325,6 +370,19 @@ impl Timeline {
         erase: bool,
         before: Option<u64>,
     ) -> Option<u64> {
+        self.gc_step_or_start(chip, from, erase, before).ok()
+    }
+
+    /// [`gc_step`](Self::gc_step), telling on failure the earliest start
+    /// the step has now. It only moves later (reservations are only added,
+    /// `now` only grows), so no call with `before` up to it can succeed.
+    pub fn gc_step_or_start(
+        &mut self,
+        chip: u32,
+        from: u64,
+        erase: bool,
+        before: Option<u64>,
+    ) -> Result<u64, u64> {
         let dur = if erase {
             self.t_erase
         } else {
@@ -335,10 +393,10 @@ impl Timeline {
         chip.prune(now);
         let (start, at) = chip.find(from.max(now), dur);
         if before.is_some_and(|b| start >= b) {
-            return None;
+            return Err(start);
         }
         chip.reserve_at(at, start, dur);
-        Some(start + dur)
+        Ok(start + dur)
     }
 
     #[cfg(test)]
@@ -448,6 +506,22 @@ mod tests {
         assert_eq!(tl.gc_step(0, 500, false, None), Some(1810));
         // An erase on the other chip in its idle time.
         assert_eq!(tl.gc_step(1, 0, true, Some(1)), Some(3000));
+    }
+
+    #[test]
+    fn background_reads_and_programs_take_only_idle_time() {
+        let mut tl = Timeline::new(1, 2, 100, 400, 3000, 10);
+        // A host program on chip 0 at 300: [300, 710).
+        assert_eq!(tl.program(0, 300), 710);
+        // A read (110) fits in [0, 300): placed.
+        assert_eq!(tl.read_before(0, 0, 300), Some(110));
+        // A program (410) does not fit before it; the check reserves nothing.
+        assert!(!tl.program_fits_before(0, 110, 300));
+        assert!(tl.program_fits_before(0, 110, 711));
+        assert_eq!(tl.program(0, 110), 710 + 410);
+        // The channel counts: chip 1's read waits for chip 0's transfers.
+        assert_eq!(tl.read_before(1, 0, 1), None);
+        assert_eq!(tl.read_before(1, 0, 200), Some(120));
     }
 
     #[test]

@@ -8,11 +8,22 @@
 //! A chip that must open a block with at most `urgent_free_blocks` free
 //! finishes its GC at once, ahead of host I/O (the hard floor). The victim
 //! is erased, and reusable, only after its last copy.
+//!
+//! The mapping updates of a data block's GC (DFTL and page-granular PTSD
+//! write mapping pages back, entry-granular PTSD may evict) are background
+//! transactions too: queued when the victim is erased, each placed only in
+//! a chip's idle time ahead of the host's next operation (its mapping-page
+//! read on the chip holding the old copy, its program on a chip without a
+//! GC job), so user I/O overtakes them. Until then the moved entries live
+//! in controller DRAM (a lookup sees them; the engine's map is exact). Past
+//! `2 x pages_per_block` pending pages the oldest is done at once (the
+//! table's bound), and a write-back of a page written since is dropped.
 
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
 use crate::error::FtlError;
 use crate::flash::{Stream, INVALID, POOL_DATA, POOL_MAP, TRIM_OWNER};
+use crate::mapping::MapAction;
 use crate::store::{Oob, PageKind};
 
 /// One chip's GC under way: the victim and how far it has got.
@@ -25,6 +36,22 @@ pub(super) struct GcJob {
     cursor: u64,
     /// LPNs moved so far (their mapping is updated at the end).
     moved: Vec<u32>,
+    /// The next step cannot start before this (the chip has no earlier
+    /// gap for it): pumps for earlier host operations skip the job.
+    not_before: u64,
+}
+
+/// A mapping-page write-back of GC waiting for idle time.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct MapWork {
+    mpn: u32,
+    /// Its flash copy must be read first (not yet done).
+    read_first: bool,
+    /// Not before this (the GC's end, then the read's).
+    ready: u64,
+    /// The sequence number when queued: a later write of the page makes
+    /// this one moot.
+    seq: u64,
 }
 
 impl Ssd {
@@ -124,12 +151,14 @@ impl Ssd {
             next: 0,
             cursor: t,
             moved,
+            not_before: 0,
         });
         self.gc_active.push(chip);
     }
 
-    /// Give every chip's GC the idle time before `t` (called before the
-    /// host's work at `t` is placed). A failure stops the device.
+    /// Give every chip's GC, then GC's mapping updates, the idle time
+    /// before `t` (called before the host's work at `t` is placed). A
+    /// failure stops the device.
     pub(super) fn gc_pump(&mut self, t: u64) {
         let mut i = 0;
         while i < self.gc_active.len() {
@@ -149,6 +178,90 @@ impl Ssd {
                 i += 1;
             }
         }
+        while let Some(&w) = self.gc_map_work.front() {
+            match self.map_work_step(w, t) {
+                Ok(None) => {
+                    self.gc_map_work.pop_front();
+                }
+                Ok(Some(rest)) => {
+                    if let Some(f) = self.gc_map_work.front_mut() {
+                        *f = rest;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Place as much of `w` as fits in idle time before `before`: `None`
+    /// when done (or moot), else what is left.
+    fn map_work_step(&mut self, mut w: MapWork, before: u64) -> Result<Option<MapWork>, FtlError> {
+        let m = w.mpn as usize;
+        if self.gtd_seq[m] > w.seq {
+            return Ok(None);
+        }
+        let from = w.ready.max(self.tl_now());
+        if from >= before {
+            return Ok(Some(w));
+        }
+        if w.read_first {
+            let p = self.gtd[m];
+            if p != UNMAPPED {
+                let chip = self.flash.chip_of(p);
+                let Some(end) = self.tl.read_before(chip, from, before) else {
+                    return Ok(Some(w));
+                };
+                self.horizon = self.horizon.max(end);
+                self.count_map_read(Cause::Gc);
+                w.ready = end;
+            }
+            w.read_first = false;
+            return self.map_work_step(w, before);
+        }
+        let chips = self.g.chips;
+        let avoid_gc = (self.gc_active.len() as u32) < chips;
+        for _ in 0..chips {
+            let chip = self.map_rr;
+            self.map_rr = if chip + 1 == chips { 0 } else { chip + 1 };
+            if (avoid_gc && self.gc_jobs[chip as usize].is_some())
+                || !self.tl.program_fits_before(chip, from, before)
+            {
+                continue;
+            }
+            let Some(ppa) = self.alloc(Stream::Map, chip, from)? else {
+                continue;
+            };
+            let end = self.op_program(ppa, from);
+            self.store_map_page(w.mpn, ppa, from, end, Cause::Gc)?;
+            return Ok(None);
+        }
+        Ok(Some(w))
+    }
+
+    /// Do `w` at once, from `t` (the bound of pending work was reached).
+    fn map_work_now(&mut self, w: MapWork, t: u64) -> Result<(), FtlError> {
+        let m = w.mpn as usize;
+        if self.gtd_seq[m] > w.seq {
+            return Ok(());
+        }
+        let mut s = w.ready.max(t).max(self.tl_now());
+        let p = self.gtd[m];
+        if w.read_first && p != UNMAPPED {
+            s = self.op_read(p, s);
+            self.count_map_read(Cause::Gc);
+        }
+        self.write_map_page(w.mpn, s, Cause::Gc)?;
+        Ok(())
+    }
+
+    /// Drop GC's pending mapping updates (a checkpoint writes every stale
+    /// mapping page anyway).
+    pub(super) fn drop_map_work(&mut self) {
+        self.gc_map_work.clear();
     }
 
     /// Finish `chip`'s GC now, ahead of host I/O, until it has more than
@@ -187,6 +300,9 @@ impl Ssd {
         let Some(job) = self.gc_jobs[c].as_ref() else {
             return Ok(false);
         };
+        if before.is_some_and(|b| b <= job.not_before) {
+            return Ok(false);
+        }
         let (victim, cursor) = (job.victim, job.cursor);
         let ppb = self.g.pages_per_block;
         let written = self.flash.wp[victim as usize];
@@ -195,8 +311,15 @@ impl Ssd {
             off += 1;
         }
         if off < written {
-            let Some(end) = self.tl.gc_step(chip, cursor, false, before) else {
-                return Ok(false);
+            let end = match self.tl.gc_step_or_start(chip, cursor, false, before) {
+                Ok(end) => end,
+                Err(start) => {
+                    if let Some(job) = self.gc_jobs[c].as_mut() {
+                        job.next = off;
+                        job.not_before = start;
+                    }
+                    return Ok(false);
+                }
             };
             let dur = self.cfg.t_read_ns + self.cfg.t_prog_ns;
             self.note_write_busy(chip, end - dur, end);
@@ -208,11 +331,15 @@ impl Ssd {
             }
             return Ok(true);
         }
-        let Some(erased) = self.tl.gc_step(chip, cursor, true, before) else {
-            if let Some(job) = self.gc_jobs[c].as_mut() {
-                job.next = off;
+        let erased = match self.tl.gc_step_or_start(chip, cursor, true, before) {
+            Ok(end) => end,
+            Err(start) => {
+                if let Some(job) = self.gc_jobs[c].as_mut() {
+                    job.next = off;
+                    job.not_before = start;
+                }
+                return Ok(false);
             }
-            return Ok(false);
         };
         self.note_write_busy(chip, erased - self.cfg.t_erase_ns, erased);
         let Some(mut job) = self.gc_jobs[c].take() else {
@@ -239,7 +366,7 @@ impl Ssd {
         self.stats.mean_erase_count += 1.0 / f64::from(self.flash.blocks());
         let at = erased.max(self.tl_now());
         if pool == POOL_DATA && self.uses_map_pages && !job.moved.is_empty() {
-            self.update_moved_mappings(&mut job.moved, at)?;
+            self.queue_moved_mappings(&mut job.moved, at)?;
         }
         self.moved = job.moved;
         // Go on until the chip has `high_free_blocks`.
@@ -334,11 +461,9 @@ impl Ssd {
         }
     }
 
-    pub(super) fn update_moved_mappings(
-        &mut self,
-        moved: &mut [u32],
-        t: u64,
-    ) -> Result<(), FtlError> {
+    /// Update the cache for the LPNs a GC job moved and queue the mapping
+    /// write-backs that takes (see the module docs), ready at `t`.
+    fn queue_moved_mappings(&mut self, moved: &mut [u32], t: u64) -> Result<(), FtlError> {
         let epp = self.g.entries_per_map_page;
         moved.sort_unstable();
         let mut acts = self.take_acts();
@@ -351,13 +476,26 @@ impl Ssd {
             }
             acts.clear();
             self.cache.gc_update(mpn, &moved[i..j], &mut acts);
-            if let Err(e) = self.exec_acts(&acts, t, Cause::Gc) {
-                self.put_acts(acts);
-                return Err(e);
+            for &a in &acts {
+                if let MapAction::WriteBack { mpn, read_first } = a {
+                    self.gc_map_work.push_back(MapWork {
+                        mpn,
+                        read_first,
+                        ready: t,
+                        seq: self.seq,
+                    });
+                }
             }
             i = j;
         }
         self.put_acts(acts);
+        let bound = 2 * self.g.pages_per_block as usize;
+        while self.gc_map_work.len() > bound {
+            let Some(w) = self.gc_map_work.pop_front() else {
+                break;
+            };
+            self.map_work_now(w, t)?;
+        }
         Ok(())
     }
 }

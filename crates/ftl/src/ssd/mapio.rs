@@ -68,6 +68,20 @@ impl Ssd {
     ) -> Result<u64, FtlError> {
         let ppa = self.alloc_map(t)?;
         let end = self.op_program(ppa, t);
+        self.store_map_page(mpn, ppa, t, end, cause)?;
+        Ok(end)
+    }
+
+    /// The rest of a mapping-page write whose program on `ppa` (allocated)
+    /// was placed at `t` and ends at `end`: content, OOB, GTD, counters.
+    pub(super) fn store_map_page(
+        &mut self,
+        mpn: u32,
+        ppa: u32,
+        t: u64,
+        end: u64,
+        cause: Cause,
+    ) -> Result<(), FtlError> {
         if matches!(cause, Cause::Write | Cause::Gc) {
             // A dirty mapping page evicted by a flush or updated by GC is
             // staged in controller DRAM until programmed: it takes a write-
@@ -106,7 +120,7 @@ impl Ssd {
             Cause::Gc => c.gc += 1,
             Cause::Checkpoint => c.checkpoint += 1,
         }
-        Ok(end)
+        Ok(())
     }
 
     /// The flash content of mapping page `mpn`: its entries as little-endian

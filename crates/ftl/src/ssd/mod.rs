@@ -135,6 +135,10 @@ pub struct Ssd {
     /// Each chip's GC job under way, and the chips that have one.
     gc_jobs: Vec<Option<gc::GcJob>>,
     gc_active: Vec<u32>,
+    /// GC's mapping write-backs waiting for idle time, oldest first.
+    gc_map_work: VecDeque<gc::MapWork>,
+    /// When the last buffer flush's data programs end (tests).
+    last_flush_end: u64,
     /// Per chip: the latest program or erase placed, `(start, end)`.
     chip_write_busy: Vec<(u64, u64)>,
     act_pool: Vec<Vec<MapAction>>,
@@ -223,7 +227,7 @@ impl Ssd {
                 },
                 cap,
                 page,
-                inflight: std::collections::BinaryHeap::with_capacity(2 * cap),
+                inflight: std::collections::VecDeque::with_capacity(4 * cap),
             },
             store,
             has_data,
@@ -245,6 +249,8 @@ impl Ssd {
             gc_depth: 0,
             gc_jobs: vec![None; g.chips as usize],
             gc_active: Vec::with_capacity(g.chips as usize),
+            gc_map_work: VecDeque::new(),
+            last_flush_end: 0,
             chip_write_busy: vec![(0, 0); g.chips as usize],
             act_pool: (0..4).map(|_| Vec::with_capacity(64)).collect(),
             moved: Vec::with_capacity(g.pages_per_block as usize),
@@ -306,6 +312,8 @@ impl Ssd {
             gc_depth: self.gc_depth,
             gc_jobs: self.gc_jobs.clone(),
             gc_active: self.gc_active.clone(),
+            gc_map_work: self.gc_map_work.clone(),
+            last_flush_end: self.last_flush_end,
             chip_write_busy: self.chip_write_busy.clone(),
             act_pool: self.act_pool.clone(),
             moved: self.moved.clone(),
@@ -555,6 +563,14 @@ impl Ssd {
     #[doc(hidden)]
     pub fn write_buffer_held_at(&self, t: u64) -> usize {
         self.buf.held_at(t)
+    }
+
+    /// When the data programs of the last write-buffer flush end (tests:
+    /// a synchronous flush's write completes then, waiting for nothing
+    /// else).
+    #[doc(hidden)]
+    pub fn last_flush_data_end(&self) -> u64 {
+        self.last_flush_end
     }
 
     /// Pages the write buffer may hold: two flush units (one filling, one

@@ -63,6 +63,7 @@ impl Ssd {
     /// durable, then drop the trim records (the map now holds the discards).
     pub(crate) fn checkpoint(&mut self, t: u64) -> Result<u64, FtlError> {
         let mut end = self.flush_buffer(t)?;
+        self.drop_map_work();
         let mut acts = self.take_acts();
         self.cache.write_back_all(&mut acts);
         let r = self.exec_acts(&acts, t, Cause::Checkpoint);

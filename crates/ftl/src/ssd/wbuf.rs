@@ -7,8 +7,7 @@
 //! that finds no room waits for the earliest program to end (back-pressure,
 //! for every scheduler).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
@@ -27,10 +26,12 @@ pub(super) struct WriteBuffer {
     pub(super) cap: usize,
     pub(super) page: usize,
     /// When each flushed page's program ends (its slot frees then), as
-    /// `end << 1 | is_mapping_page`: mapping write-backs take slots too
-    /// (they hold back writes) but are not host data (the bound is on
-    /// host data).
-    pub(super) inflight: BinaryHeap<Reverse<u64>>,
+    /// `(end << 1) | is_mapping_page`, ascending: mapping write-backs take
+    /// slots too (they hold back writes) but are not host data (the bound
+    /// is on host data). Sorted, so the scheduler's "when is there room"
+    /// is one index (it is asked at every dispatch decision); programs end
+    /// mostly in the order placed, so inserts land near the back.
+    pub(super) inflight: VecDeque<u64>,
 }
 
 impl WriteBuffer {
@@ -49,30 +50,31 @@ impl WriteBuffer {
     }
     /// A flushed page (or mapping write-back) whose program ends at `end`.
     pub(super) fn push_inflight(&mut self, end: u64, mapping: bool) {
-        self.inflight.push(Reverse((end << 1) | u64::from(mapping)));
+        let k = (end << 1) | u64::from(mapping);
+        let at = match self.inflight.back() {
+            Some(&b) if b > k => self.inflight.partition_point(|&x| x <= k),
+            _ => self.inflight.len(),
+        };
+        self.inflight.insert(at, k);
     }
     /// The earliest program end among the slots taken, removing it.
     pub(super) fn pop_inflight(&mut self) -> Option<u64> {
-        self.inflight.pop().map(|Reverse(k)| k >> 1)
+        self.inflight.pop_front().map(|k| k >> 1)
     }
     /// Forget the flushed pages whose programs ended by `t`.
     pub(super) fn release(&mut self, t: u64) {
-        while let Some(&Reverse(k)) = self.inflight.peek() {
+        while let Some(&k) = self.inflight.front() {
             if k >> 1 > t {
                 break;
             }
-            self.inflight.pop();
+            self.inflight.pop_front();
         }
     }
     /// Host data pages held at `t`: filling plus flushed and not yet
     /// programmed.
     pub(super) fn held_at(&self, t: u64) -> usize {
-        self.len()
-            + self
-                .inflight
-                .iter()
-                .filter(|r| r.0 & 1 == 0 && r.0 >> 1 > t)
-                .count()
+        let from = self.inflight.partition_point(|&k| k >> 1 <= t);
+        self.len() + self.inflight.range(from..).filter(|&&k| k & 1 == 0).count()
     }
     /// The earliest time at which `pages` more pages fit (a flush of the
     /// filling half moves its pages to `inflight`: the total is the same).
@@ -82,17 +84,16 @@ impl WriteBuffer {
         let over = (self.inflight.len() + self.len() + pages).saturating_sub(self.bound());
         match over {
             0 => 0,
-            1 => self.inflight.peek().map_or(0, |r| r.0 >> 1),
-            _ => {
-                let mut ends: Vec<u64> = self.inflight.iter().map(|r| r.0 >> 1).collect();
-                ends.sort_unstable();
-                ends.get(over - 1).or(ends.last()).copied().unwrap_or(0)
-            }
+            _ => self
+                .inflight
+                .get(over - 1)
+                .or(self.inflight.back())
+                .map_or(0, |k| k >> 1),
         }
     }
     /// When every flushed page is programmed.
     pub(super) fn drained_at(&self) -> u64 {
-        self.inflight.iter().map(|r| r.0 >> 1).max().unwrap_or(0)
+        self.inflight.back().map_or(0, |k| k >> 1)
     }
 }
 
@@ -210,6 +211,7 @@ impl Ssd {
         self.buf.prev.clear();
         result?;
         self.horizon = outer;
+        self.last_flush_end = data_end;
         Ok(data_end)
     }
 }
