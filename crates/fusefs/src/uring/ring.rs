@@ -113,7 +113,12 @@ pub fn start(dev: OwnedFd, handler: Arc<dyn Handler>, cfg: &RingConfig) -> io::R
             let th = std::thread::Builder::new()
                 .name(format!("ptsd-uring-{qid}.{t}"))
                 .spawn(move || {
-                    pin_to(qid);
+                    // A sleeping queue thread wakes where its requests come
+                    // from; a spinning one must not take that CPU from the
+                    // application, so it is left to the scheduler.
+                    if cfg.poll.is_none() {
+                        pin_to(qid);
+                    }
                     if let Err(e) = serve_queue(&dev, qid as u16, &*handler, &cfg, &stats) {
                         tracing::error!("FUSE io_uring queue {qid}: {e}");
                     }
