@@ -113,12 +113,9 @@ pub fn start(dev: OwnedFd, handler: Arc<dyn Handler>, cfg: &RingConfig) -> io::R
             let th = std::thread::Builder::new()
                 .name(format!("ptsd-uring-{qid}.{t}"))
                 .spawn(move || {
-                    // A sleeping queue thread wakes where its requests come
-                    // from; a spinning one must not take that CPU from the
-                    // application, so it is left to the scheduler.
-                    if cfg.poll.is_none() {
-                        pin_to(qid);
-                    }
+                    // On its queue's CPU, polling or not: unpinned spinning
+                    // queue threads measured worse (docs/results.md).
+                    pin_to(qid);
                     if let Err(e) = serve_queue(&dev, qid as u16, &*handler, &cfg, &stats) {
                         tracing::error!("FUSE io_uring queue {qid}: {e}");
                     }
