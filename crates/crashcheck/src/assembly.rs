@@ -157,6 +157,9 @@ impl StoreTxn for ITxn<'_> {
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
         self.inner.write(blk, data)
     }
+    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.inner.write_ordered(blk, data)
+    }
     fn finish(self: Box<Self>) -> Result<(), StoreError> {
         let store = self.store;
         self.inner.finish()?;
@@ -177,6 +180,9 @@ impl Store for Interposed {
     }
     fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         self.inner.read(blk, buf)
+    }
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.inner.read_run(blk, buf)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
         Box::new(ITxn {

@@ -175,6 +175,21 @@ impl ChecksumStore {
         &self.damaged
     }
 
+    /// Each block of `buf` (from block `blk`) against its crc in `table`.
+    fn check(table: &[u32], blk: u64, buf: &[u8]) -> Result<(), StoreError> {
+        for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
+            let b = blk + i as u64;
+            let want = table.get(b as usize).copied().unwrap_or(0);
+            if b != 0 && want != 0 && want != crc(b, chunk) {
+                return Err(StoreError::Checksum {
+                    block: b,
+                    what: "block does not match its checksum (bit rot, or a lost or misdirected write)",
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn table_block(&self, table: &[u32], t: u64) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_SIZE];
         let first = (t * PER_BLOCK) as usize;
@@ -193,22 +208,37 @@ struct CTxn<'a> {
     crcs: Vec<(u64, u32)>,
 }
 
-impl StoreTxn for CTxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
-        if blk >= self.store.covered {
+impl CTxn<'_> {
+    fn record(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        let end = blk.saturating_add((data.len() / BLOCK_SIZE) as u64);
+        if end > self.store.covered {
             return Err(StoreError::Checksum {
                 block: blk,
                 what: "write past the checksummed blocks",
             });
         }
-        self.inner.write(blk, data)?;
-        if blk != 0 {
-            for (i, chunk) in data.chunks_exact(BLOCK_SIZE).enumerate() {
-                let b = blk + i as u64;
+        for (i, chunk) in data.chunks_exact(BLOCK_SIZE).enumerate() {
+            let b = blk + i as u64;
+            if b != 0 {
                 self.crcs.push((b, crc(b, chunk)));
             }
         }
         Ok(())
+    }
+}
+
+impl StoreTxn for CTxn<'_> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.record(blk, data)?;
+        self.inner.write(blk, data)
+    }
+
+    /// Ordered data goes home before the transaction finishes; its crcs
+    /// are in the transaction like any other (the block is new, so until
+    /// the transaction is durable nothing reads it).
+    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.record(blk, data)?;
+        self.inner.write_ordered(blk, data)
     }
 
     fn finish(self: Box<Self>) -> Result<(), StoreError> {
@@ -251,19 +281,24 @@ impl Store for ChecksumStore {
                 what: "read past the checksummed blocks",
             });
         }
-        self.inner.read(blk, buf)?;
+        // Read under the table's lock: a transaction finishing meanwhile
+        // (under the write lock) changes data and crcs together.
         let table = self.table.read();
-        for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
-            let b = blk + i as u64;
-            let want = table.get(b as usize).copied().unwrap_or(0);
-            if b != 0 && want != 0 && want != crc(b, chunk) {
-                return Err(StoreError::Checksum {
-                    block: b,
-                    what: "block does not match its checksum (bit rot, or a lost or misdirected write)",
-                });
-            }
+        self.inner.read(blk, buf)?;
+        Self::check(&table, blk, buf)
+    }
+
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        let end = blk.saturating_add((buf.len() / BLOCK_SIZE) as u64);
+        if end > self.covered {
+            return Err(StoreError::Checksum {
+                block: blk,
+                what: "read past the checksummed blocks",
+            });
         }
-        Ok(())
+        let table = self.table.read();
+        self.inner.read_run(blk, buf)?;
+        Self::check(&table, blk, buf)
     }
 
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
@@ -273,7 +308,6 @@ impl Store for ChecksumStore {
             crcs: Vec::new(),
         })
     }
-
     fn sync(&self) -> Result<(), StoreError> {
         self.inner.sync()
     }
