@@ -375,9 +375,9 @@ fn directories(
             };
             let mut keep = Vec::new();
             let mut changed = false;
-            for e in entries {
+            for mut e in entries {
                 let name = String::from_utf8_lossy(&e.name).into_owned();
-                if let Some(s) = tree.seen.get_mut(&e.ino) {
+                let mode = if let Some(s) = tree.seen.get_mut(&e.ino) {
                     let is_dir = s.mode & libc::S_IFMT == libc::S_IFDIR;
                     if is_dir {
                         w.problems.push(Finding::DirHardLink {
@@ -389,14 +389,30 @@ fn directories(
                         continue;
                     }
                     s.links += 1;
-                    keep.push(e);
-                    continue;
-                }
-                if inode(w, tree, queue, report, dir, &e, name)? {
-                    keep.push(e);
+                    s.mode
                 } else {
+                    match inode(w, tree, queue, report, dir, &e, name.clone())? {
+                        Some(mode) => mode,
+                        None => {
+                            changed = true;
+                            continue;
+                        }
+                    }
+                };
+                // The entry's type must be its inode's: repair rewrites it.
+                let kind = ((mode & libc::S_IFMT) >> 12) as u8;
+                if kind != e.kind {
+                    w.problems.push(Finding::EntryType {
+                        dir,
+                        name,
+                        kind: e.kind,
+                        ino: e.ino,
+                        mode,
+                    });
+                    e.kind = kind;
                     changed = true;
                 }
+                keep.push(e);
             }
             if changed && w.repair {
                 w.writes.insert(
@@ -414,8 +430,9 @@ fn directories(
 }
 
 /// Pass 2, per inode: the first entry naming inode `e.ino` (in `dir`)
-/// loads it, checks its type and xattrs and claims its blocks. False: the
-/// inode is unreadable and the entry must go.
+/// loads it, checks its xattrs and claims its blocks; returns its mode (the
+/// caller checks the entry's type). `None`: the inode is unreadable and the
+/// entry must go.
 fn inode(
     w: &mut Walker<'_>,
     tree: &mut Tree,
@@ -424,24 +441,16 @@ fn inode(
     dir: u64,
     e: &RawDirent,
     name: String,
-) -> Result<bool, FsError> {
+) -> Result<Option<u32>, FsError> {
     let Some((di, ext, chain)) = w.load(e.ino)? else {
         w.problems.push(Finding::DanglingEntry {
             dir,
             name,
             ino: e.ino,
         });
-        return Ok(false);
+        return Ok(None);
     };
-    if ((di.mode & libc::S_IFMT) >> 12) as u8 != e.kind {
-        w.problems.push(Finding::EntryType {
-            dir,
-            name,
-            kind: e.kind,
-            ino: e.ino,
-            mode: di.mode,
-        });
-    }
+    let mode = di.mode;
     w.own(e.ino, BlockOwner::Inode(e.ino));
     data_extents(w, e.ino, &ext)?;
     for c in chain {
@@ -472,7 +481,7 @@ fn inode(
             disk: di,
         },
     );
-    Ok(true)
+    Ok(Some(mode))
 }
 
 /// Claim inode `ino`'s data extents. One outside the data area or on a
