@@ -200,10 +200,12 @@ impl StoreTxn for JournalTxn<'_> {
     }
     fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
         if !self.ordered.is_empty() {
-            // Data first, durable (the device flush) before the metadata
-            // that points at it can be committed: a transaction becomes
-            // part of a commit only once finished, so flushing here keeps
-            // every crash from exposing unwritten blocks in a file.
+            // Data first, then the metadata that points at it. The journal
+            // flushes the device before any commit record that can cover
+            // this transaction (which it can only once finished), so no
+            // crash exposes unwritten blocks in a file; one flush serves
+            // every ordered write before a commit, as ext4's data=ordered
+            // waits for the data once per commit.
             self.ordered.sort_unstable_by_key(|b| b.0);
             // Contiguous blocks as one request each (a 1 MiB FUSE write is
             // one device write, not 256).
@@ -217,10 +219,7 @@ impl StoreTxn for JournalTxn<'_> {
                 }
             }
             let batch: Vec<(u64, &[u8])> = runs.iter().map(|(b, d)| (*b, d.as_slice())).collect();
-            self.dev.write_batch(&batch)?;
-            if !crate::bugs::active("ordered_no_flush") {
-                self.dev.flush()?;
-            }
+            self.journal.write_ordered(&batch)?;
         }
         self.tx.finish()?;
         Ok(())

@@ -407,6 +407,24 @@ impl Journal {
         self.inner.read(block, buf)
     }
 
+    /// Write blocks straight to their home location on the device,
+    /// outside any transaction (ordered-mode file data, as ext4's
+    /// `data=ordered`). Every commit record written after this returns is
+    /// preceded by a device flush, so a transaction that refers to these
+    /// blocks and finishes after this call is never durable before they
+    /// are. The caller must own the blocks (no finished transaction may
+    /// refer to them, and [`holds`](Self::holds) must say no: a journaled
+    /// version would be checkpointed over them).
+    pub fn write_ordered(&self, writes: &[(u64, &[u8])]) -> Result<()> {
+        self.inner.check_running()?;
+        self.inner.device.write_batch(writes)?;
+        self.inner
+            .committing
+            .ordered_gen
+            .fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Whether a finished transaction's version of `block` is still in the
     /// journal (not yet checkpointed). When this says no, every version the
     /// journal ever held is home, the device flushed and the ring's durable

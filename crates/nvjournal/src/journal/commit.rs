@@ -55,12 +55,20 @@ pub(super) struct Committing {
     /// `commit()` calls satisfied by another caller's commit or with
     /// nothing to commit.
     pub(super) shared: CachePadded<AtomicU64>,
+    /// Bumped after each batch of ordered-mode device writes
+    /// ([`Journal::write_ordered`](super::Journal::write_ordered)).
+    pub(super) ordered_gen: AtomicU64,
+    /// The `ordered_gen` a device flush has covered (held while flushing,
+    /// so a commit never passes a flush still in progress).
+    pub(super) ordered_flushed: Mutex<u64>,
 }
 
 impl Committing {
     /// Starting from `rec`, the newest record on the media.
     pub(super) fn new(rec: &Record) -> Self {
         Self {
+            ordered_gen: AtomicU64::new(0),
+            ordered_flushed: Mutex::new(0),
             durable: CachePadded::new(Mutex::new(Durable {
                 rec: Record {
                     // Room for every list a commit can write: the record's
@@ -234,6 +242,17 @@ impl Inner {
         let counted = cover.counted;
         for (p, &h) in heads.iter().enumerate() {
             self.wait_passed(p, h, &cover)?;
+        }
+        // Ordered-mode data of the covered transactions (written before
+        // they finished, so counted in `ordered_gen` by now) must be
+        // durable on the device before the record makes them durable.
+        let gen = self.committing.ordered_gen.load(Ordering::SeqCst);
+        if gen > 0 {
+            let mut flushed = self.committing.ordered_flushed.lock();
+            if *flushed < gen && !crate::bugs::active("ordered_no_flush") {
+                self.device.flush()?;
+            }
+            *flushed = (*flushed).max(gen);
         }
         self.region
             .sync()
