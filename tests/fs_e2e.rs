@@ -50,6 +50,8 @@ enum Transport {
     Classic,
     /// FUSE over io_uring (`-o uring`), enabled for the test run.
     Uring,
+    /// The same, busy-polling its queues (`-o uring_poll`).
+    UringPoll,
 }
 
 const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -77,6 +79,7 @@ impl Transport {
         match self {
             Transport::Classic => "nouring",
             Transport::Uring => "uring",
+            Transport::UringPoll => "uring_poll",
         }
     }
 }
@@ -143,7 +146,9 @@ impl Mounted {
         let pid = m.child.as_ref().unwrap().id();
         let queue_threads = threads_named(pid, "ptsd-uring-");
         match t {
-            Transport::Uring => assert!(queue_threads > 0, "no io_uring queue threads"),
+            Transport::Uring | Transport::UringPoll => {
+                assert!(queue_threads > 0, "no io_uring queue threads")
+            }
             Transport::Classic => assert_eq!(queue_threads, 0),
         }
         m
@@ -1629,3 +1634,9 @@ fn o_tmpfile_then_linkat(t: Transport) {
 }
 
 on_both_transports!(o_tmpfile_then_linkat,);
+
+/// The polling mode of the io_uring transport serves the same operations.
+#[test]
+fn posix_operations_over_uring_polling() {
+    posix_operations_through_std_fs(Transport::UringPoll);
+}
