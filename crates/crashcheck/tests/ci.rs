@@ -45,7 +45,7 @@ fn decode_seeds() {
     let t = run_seeds(
         "decode",
         "decode_seeds",
-        seeds(300),
+        seeds(5_000),
         ptsd_crashcheck::decode::run,
     );
     assert_eq!(t.states, t.runs, "{t:?}");
