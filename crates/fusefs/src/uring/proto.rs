@@ -1,3 +1,4 @@
+// Over 800 lines: the whole wire format (every request decoder and reply encoder) kept together, so each opcode's layout reads against fuse.h in one place.
 //! The FUSE wire format as the io_uring transport carries it: a typed
 //! decoder for requests and an encoder for replies.
 //!
