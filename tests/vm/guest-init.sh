@@ -34,12 +34,20 @@ trap finish EXIT
 # only its own part there and ends.
 . /lib/dax.sh
 
-if ! insmod /lib/ublk_drv.ko; then
-    result insmod FAIL "cannot load ublk_drv"
+# The FUSE-over-io_uring boot (tests/vm/uring-host.sh) runs a newer kernel,
+# with its own ublk module; it runs only the whole-stack check, over io_uring.
+uring_mode=false ublk_ko=/lib/ublk_drv.ko
+case " $(cat /proc/cmdline) " in
+    *" ptsd.mode=fuse-uring "*) uring_mode=true ublk_ko=/lib/k-uring/ublk_drv.ko ;;
+esac
+if ! insmod $ublk_ko; then
+    result "$($uring_mode && echo stack-fs-uring || echo insmod)" FAIL "cannot load ublk_drv on $(uname -r)"
     exit 0
 fi
-result insmod PASS
-check no-devices-yet sh -c 'ptsd ublk list | grep -q "^ *id"'
+if ! $uring_mode; then
+    result insmod PASS
+    check no-devices-yet sh -c 'ptsd ublk list | grep -q "^ *id"'
+fi
 
 dev_id() { echo "${1#/dev/ublkb}"; }
 
@@ -115,7 +123,10 @@ stack() {
     ptsd mkfs "$dev" || return 1
     mkdir -p /mnt/p
     jargs="--journal /tmp/fs.journal --journal-size 16M"
-    ptsd mount --device "$dev" $jargs /mnt/p || return 1
+    ptsd mount --device "$dev" $jargs $stack_opts /mnt/p > /tmp/mount.out || { cat /tmp/mount.out; return 1; }
+    if [ -n "$stack_transport" ]; then
+        grep -q "$stack_transport" /tmp/mount.out || { echo "not served by $stack_transport:"; cat /tmp/mount.out; return 1; }
+    fi
     mkdir -p /mnt/p/d || return 1
     t0=$(up); i=0
     while [ $i -lt 30 ]; do
@@ -130,11 +141,11 @@ stack() {
     kill -9 "$(cat /run/ptsd/*.pid)" || return 1
     sleep 0.3
     umount /mnt/p 2>/dev/null || umount -l /mnt/p || return 1
-    ptsd mount --device "$dev" $jargs /mnt/p || { echo "remount after kill -9 failed"; return 1; }
+    ptsd mount --device "$dev" $jargs $stack_opts /mnt/p || { echo "remount after kill -9 failed"; return 1; }
     (cd /mnt/p && md5sum -c -s /tmp/stack.sums) || { echo "fsync'd data lost after kill -9"; return 1; }
     ptsd umount /mnt/p || return 1
     ptsd fsck "$dev" || { echo "fsck after clean unmount"; return 1; }
-    ptsd mount --device "$dev" $jargs /mnt/p || return 1
+    ptsd mount --device "$dev" $jargs $stack_opts /mnt/p || return 1
     (cd /mnt/p && md5sum -c -s /tmp/stack.sums) || { echo "data lost after checkpoint + remount"; return 1; }
     ptsd umount /mnt/p || return 1
     ptsd ublk del "$id"
@@ -184,6 +195,18 @@ ftl_store_recovery() {
     ptsd ublk del "$(dev_id "$dev")"
 }
 
+if $uring_mode; then
+    # FUSE over io_uring is off by default; ptsd must be served by it here.
+    if echo Y > /sys/module/fuse/parameters/enable_uring; then
+        stack_opts="-o uring" stack_transport="FUSE over io_uring, "
+        check stack-fs-uring stack
+        fig "stack-uring $(cat /tmp/stack.fig 2>/dev/null) ($(uname -r))"
+    else
+        result stack-fs-uring SKIP "kernel $(uname -r) has no FUSE io_uring (no fuse enable_uring parameter)"
+    fi
+    exit 0
+fi
+stack_opts="" stack_transport=""
 result boot PASS
 check stack-fs-on-ublk stack
 fig "stack $(cat /tmp/stack.fig 2>/dev/null)"

@@ -17,6 +17,7 @@ root=$PWD
 cache=$root/target/vm-cache
 mkdir -p "$cache"
 . tests/vm/dax-host.sh
+. tests/vm/uring-host.sh
 t0=$(date +%s)
 log() { echo "== vm: [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -128,6 +129,7 @@ for lib in $(LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -o
     [ -e "$rd$dest" ] || cp -L "$lib" "$rd$dest"
 done
 dax_host_build
+uring_host_build
 cp "${PTSD_VM_INIT:-tests/vm/guest-init.sh}" "$rd/init"
 # Scenarios in files of their own, sourced by /init.
 mkdir -p "$rd/lib/vm-scenarios" && cp tests/vm/scenarios/*.sh "$rd/lib/vm-scenarios/"
@@ -151,6 +153,7 @@ timeout "${PTSD_VM_TIMEOUT:-600}" "${qemu[@]}" \
     -append "console=ttyS0 quiet panic=-1 no_timer_check ${PTSD_VM_APPEND:-}" > "$out" 2>&1 || true
 tr -d '\r' < "$out" > "$out.txt"
 dax_powercut_boots
+uring_boot
 
 grep -E '^PTSD-VM(-FIG)?:' "$out.txt" || true
 pass=$(grep -c '^PTSD-VM: [^ ]* PASS' "$out.txt" || true)

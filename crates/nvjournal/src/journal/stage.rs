@@ -66,7 +66,7 @@ pub(super) struct Space {
 ///
 /// A commit covers finished transactions only: one called while this
 /// transaction is open neither covers it nor waits for it. A thread must
-/// not [`begin`](Journal::begin) another transaction while it holds this
+/// not [`begin`](crate::Journal::begin) another transaction while it holds this
 /// one open (`begin` may wait for ring space this one pins).
 pub struct Tx<'j> {
     /// Borrowed, not an `Arc`: a clone per transaction would write the
@@ -90,7 +90,7 @@ impl Tx<'_> {
     }
 
     /// Read `block` as this transaction sees it: its own newest write, else
-    /// [`Journal::read`].
+    /// [`Journal::read`](crate::Journal::read).
     pub fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
         if let Some(&(p, pos, _)) = self.slots.iter().rev().find(|s| s.2 == block) {
             let inner = &self.inner;
