@@ -295,10 +295,12 @@ fn workloads_on_the_noop_fuse_fs() {
     let count = |op: &str| read[names.iter().position(|n| *n == op).unwrap()];
     assert!(count("create") >= 500, "{read:?}");
     assert_eq!(count("fsync"), 100, "one FSYNC per fsync(2) of varmail");
-    assert_eq!(
-        count("flush"),
-        1,
-        "ENOSYS once, then the kernel stops sending FLUSH"
+    // ENOSYS, then the kernel stops sending FLUSH; but closes already in
+    // flight on the two workload threads may send theirs before the first
+    // ENOSYS is seen (one run in several here counted 2).
+    assert!(
+        (1..=2).contains(&count("flush")),
+        "FLUSH until the first ENOSYS: {read:?}"
     );
     let missing = mount.dir().join("no-such-name");
     let before = count("lookup");
