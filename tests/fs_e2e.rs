@@ -1088,9 +1088,12 @@ fn mount_type_is_fuse_ptsd() {
     let df = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(df.contains(" fuse.ptsd "), "df -T: {df}");
     // umount -a -t fuse.ptsd, in a private mount namespace so that only this
-    // process's copies of the machine's ptsd mounts go.
+    // process's copies of the machine's ptsd mounts go. Lazily (-l): the
+    // namespace also holds copies of other tests' mounts, one of which may be
+    // mid-mount or have a killed daemon, and a plain umount of that copy
+    // can wait on it (seen once as a hung test).
     let script = format!(
-        "umount -a -t fuse.ptsd && ! findmnt {} >/dev/null",
+        "umount -a -l -t fuse.ptsd && ! findmnt {} >/dev/null",
         m.dir.display()
     );
     let st = Command::new("unshare")
