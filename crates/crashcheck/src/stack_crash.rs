@@ -1,3 +1,4 @@
+// Over 800 lines: one target (workload replay, crash points, recovery through Stack::open, the model check) whose steps share the run's state.
 //! `stack_crash`: a workload from the grammar of [`crate::model`] on the
 //! file system over the journal over crash-simulating media, a power cut at
 //! an input-chosen region event or device write, and several post-crash

@@ -1,3 +1,4 @@
+// Over 800 lines: the check passes and the repairs that answer them share one walk's state (the inode map, the bitmaps being rebuilt); each repair sits beside its check.
 //! fsck: walk every inode reachable from the root and orphan directories,
 //! check every checksum, entry, link count and the allocation bitmaps, and
 //! optionally repair.
