@@ -52,6 +52,11 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$root"
 tar -C "$root" -xf "$base"
+# The root a mount of its own, as a real machine's is: findmnt, df -T and
+# umount -a (the mount-type test) go through /proc/self/mountinfo, which
+# does not resolve the chroot's mounts when its root is a plain directory.
+mount --bind "$root" "$root"
+mounts+=("$root")
 # The kernel interfaces the tests use: /proc, /sys, devices (FUSE, KVM-less
 # QEMU needs none), shared memory for the journal.
 for m in proc sys dev dev/pts dev/shm; do
