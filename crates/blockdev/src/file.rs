@@ -46,6 +46,7 @@ pub struct FileDeviceOptions {
     direct: bool,
     io_uring: bool,
     io_uring_buffered: bool,
+    random_access: bool,
     ring_entries: u32,
 }
 
@@ -56,6 +57,7 @@ impl Default for FileDeviceOptions {
             direct: true,
             io_uring: true,
             io_uring_buffered: false,
+            random_access: false,
             ring_entries: 128,
         }
     }
@@ -93,6 +95,15 @@ impl FileDeviceOptions {
     /// plain `pwrite`.
     pub fn io_uring_buffered(mut self, on: bool) -> Self {
         self.io_uring_buffered = on;
+        self
+    }
+
+    /// Tell the kernel the file is read at random (`POSIX_FADV_RANDOM`):
+    /// no readahead around a buffered read. For files whose neighbouring
+    /// blocks are unrelated, such as an emulated SSD's page image, where
+    /// readahead fetches pages nobody asked for. Off by default.
+    pub fn random_access(mut self, on: bool) -> Self {
+        self.random_access = on;
         self
     }
 
@@ -326,6 +337,19 @@ impl FileDevice {
                     dev.file = open_rw(path, false)?;
                     dev.direct = false;
                 }
+            }
+        }
+        if opts.random_access && !dev.direct {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a plain syscall on a descriptor we own; it only
+            // changes the kernel's readahead policy for the file.
+            let rc =
+                unsafe { libc::posix_fadvise(dev.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+            if rc != 0 {
+                tracing::debug!(
+                    "{}: posix_fadvise(RANDOM) failed: errno {rc}",
+                    path.display()
+                );
             }
         }
         if opts.io_uring && !dev.direct && !opts.io_uring_buffered {

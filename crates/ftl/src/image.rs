@@ -232,6 +232,21 @@ pub struct PersistentStore {
 }
 
 impl PersistentStore {
+    /// The entry holds the crc of what was programmed: a flipped bit, a
+    /// lost or misdirected device write shows here as an error, never as
+    /// another page's (or stale) data handed up — or copied on by GC under
+    /// a fresh crc.
+    fn verify(&self, ppa: u32, data: &[u8]) -> Result<(), StoreError> {
+        if let Some(e) = self.entry(ppa) {
+            if matches!(e.oob.kind, PageKind::Data | PageKind::Map)
+                && crc32c::crc32c(data) != e.data_crc
+            {
+                return Err(ImageError::PageChecksum { ppa }.into());
+            }
+        }
+        Ok(())
+    }
+
     fn data_block(&self, ppa: u32) -> u64 {
         self.lay.block(self.lay.data_first + u64::from(ppa))
     }
@@ -329,15 +344,39 @@ impl Store for PersistentStore {
 
     fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
         self.dev.read(self.data_block(ppa), buf)?;
-        // The entry holds the crc of what was programmed: a flipped bit, a
-        // lost or misdirected device write shows here as an error, never as
-        // another page's (or stale) data handed up — or copied on by GC
-        // under a fresh crc.
-        if let Some(e) = self.entry(ppa) {
-            if matches!(e.oob.kind, PageKind::Data | PageKind::Map)
-                && crc32c::crc32c(buf) != e.data_crc
-            {
-                return Err(ImageError::PageChecksum { ppa }.into());
+        self.verify(ppa, buf)
+    }
+
+    fn read_many(
+        &mut self,
+        pages: &[(u32, u32)],
+        buf: &mut [u8],
+        page: usize,
+    ) -> Result<(), StoreError> {
+        // Runs of pages consecutive both on the image and in the buffer,
+        // as (first ppa, first slot, pages).
+        let mut runs: Vec<(u32, u32, u32)> = Vec::new();
+        for &(ppa, slot) in pages {
+            match runs.last_mut() {
+                Some((p, s, n)) if *p + *n == ppa && *s + *n == slot => *n += 1,
+                _ => runs.push((ppa, slot, 1)),
+            }
+        }
+        let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(runs.len());
+        let mut rest = buf;
+        let mut rest_at = 0usize;
+        for &(ppa, slot, n) in &runs {
+            let start = slot as usize * page - rest_at;
+            let (_, tail) = rest.split_at_mut(start);
+            let (chunk, after) = tail.split_at_mut(n as usize * page);
+            reads.push((self.data_block(ppa), chunk));
+            rest = after;
+            rest_at = (slot + n) as usize * page;
+        }
+        self.dev.read_batch(&mut reads)?;
+        for ((ppa, _, n), (_, chunk)) in runs.iter().zip(&reads) {
+            for (k, one) in chunk.chunks(page).enumerate().take(*n as usize) {
+                self.verify(ppa + k as u32, one)?;
             }
         }
         Ok(())

@@ -63,6 +63,23 @@ pub trait Store: Send {
     fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), StoreError>;
     /// Read physical page `ppa` into `buf` (one page).
     fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError>;
+    /// Read several physical pages into one buffer: `(ppa, slot)` fills
+    /// `buf[slot * page..][..page]`, slots in increasing order. A store on a
+    /// device overrides it to read runs of consecutive pages as one request
+    /// and the runs in parallel: a multi-page host read of a cold image
+    /// then costs one device round trip, not one per page.
+    fn read_many(
+        &mut self,
+        pages: &[(u32, u32)],
+        buf: &mut [u8],
+        page: usize,
+    ) -> Result<(), StoreError> {
+        for &(ppa, slot) in pages {
+            let at = slot as usize * page;
+            self.read(ppa, &mut buf[at..at + page])?;
+        }
+        Ok(())
+    }
     /// GC copy: `to` gets `from`'s data with a new OOB.
     fn copy(&mut self, from: u32, to: u32, oob: Oob, scratch: &mut [u8]) -> Result<(), StoreError> {
         self.read(from, scratch)?;

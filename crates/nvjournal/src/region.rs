@@ -275,6 +275,7 @@ impl PmemRegion {
                 zero_fill(&file, old_len, bytes).map_err(io("zero-fill"))?;
             } else {
                 file.set_len(bytes).map_err(io("set_len"))?;
+                reserve(&file, old_len, bytes).map_err(io("fallocate"))?;
             }
         }
         let len = bytes as usize;
@@ -394,6 +395,32 @@ fn zero_fill(file: &File, from: u64, to: u64) -> std::io::Result<()> {
         at += n as u64;
     }
     file.sync_data()
+}
+
+/// Reserve the file's blocks now: a store into a shared mapping of a hole
+/// that the file system cannot back (full disk, quota) is a SIGBUS, not an
+/// error, so the space is claimed at open, where running out is an error.
+fn reserve(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain syscall on a descriptor we own, within the file's
+    // length (already set).
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            0,
+            from as libc::off_t,
+            (to - from) as libc::off_t,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // Not every file system can (then it behaves as before).
+        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => Ok(()),
+        _ => Err(e),
+    }
 }
 
 fn fallback_mode(file: &File) -> RegionMode {

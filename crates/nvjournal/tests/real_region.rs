@@ -93,6 +93,27 @@ fn region_mode_is_the_one_expected() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The region's blocks are claimed when it is created (no holes): a store
+/// into a hole the file system cannot back is a SIGBUS, so a full disk must
+/// show as an error at open instead. Where the file system allocates
+/// (not every one does, e.g. some network ones), every block is allocated.
+#[test]
+fn a_new_region_file_has_no_holes() {
+    use std::os::unix::fs::MetadataExt;
+    let (dir, _guard) = region_dir();
+    let path = dir.join("reserved");
+    let region = PmemRegion::open_file(&path, REGION).unwrap();
+    let m = std::fs::metadata(&path).unwrap();
+    assert_eq!(m.len(), REGION);
+    assert!(
+        m.blocks() * 512 >= REGION,
+        "{} of {REGION} bytes allocated",
+        m.blocks() * 512
+    );
+    drop(region);
+    let _ = std::fs::remove_file(&path);
+}
+
 fn value(tag: u64) -> Vec<u8> {
     let mut b = vec![0u8; BS];
     for (i, c) in b.chunks_exact_mut(8).enumerate() {

@@ -161,9 +161,16 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
             // would make each one a device I/O (in a VM an exit per page),
             // which cost the checkpoint threads more CPU than everything
             // else. Durability is the same: the FTL's sync points fdatasync.
+            // A host read of several pages reads them as one batch
+            // (`Store::read_many`); through io_uring the batch's runs are
+            // read in parallel, where pread would wait for each cold page in
+            // turn. The FTL scatters neighbouring logical pages over chips,
+            // so readahead around a page only fetches unrelated ones.
             let opts = FileDeviceOptions::new()
                 .block_size(cfg.page_size)
-                .direct(false);
+                .direct(false)
+                .io_uring_buffered(true)
+                .random_access(true);
             let dev = if empty {
                 opts.create(&img, Ssd::image_blocks(&cfg, cfg.page_size))
             } else {

@@ -29,6 +29,9 @@ impl Ssd {
         let page = self.g.page_size as usize;
         let mut done = t;
         let mut acts = self.take_acts();
+        // Flash pages to copy into `dest`, read from the store together.
+        let mut pending = std::mem::take(&mut self.read_list);
+        pending.clear();
         for i in 0..req.pages {
             let lpn = (req.lpn + u64::from(i)) as u32;
             self.stats.host_read_pages += 1;
@@ -55,6 +58,9 @@ impl Ssd {
             let ready = if acts.is_empty() {
                 t
             } else {
+                // A mapping write-back may program, and GC then move and
+                // erase, a page read so far: read those first.
+                self.read_pending(&mut pending, dest.as_deref_mut())?;
                 self.exec_acts(&acts, t, Cause::Read)?
             };
             if e == UNMAPPED {
@@ -68,17 +74,34 @@ impl Ssd {
             self.stats.flash_data_reads += 1;
             done = done.max(end);
             if let Some(b) = dest.as_deref_mut() {
-                let chunk = &mut b[i as usize * page..(i as usize + 1) * page];
                 if self.has_data {
-                    self.store.read(e, chunk)?;
+                    pending.push((e, i));
                 } else {
-                    chunk.fill(0);
+                    b[i as usize * page..(i as usize + 1) * page].fill(0);
                 }
             }
         }
+        let read = self.read_pending(&mut pending, dest);
+        self.read_list = pending;
+        read?;
         self.put_acts(acts);
         // DFTL's write-backs (and any GC they set off) end the read too.
         Ok(done.max(self.horizon))
+    }
+
+    /// Read the flash pages `pending` lists into `dest` and clear the list.
+    fn read_pending(
+        &mut self,
+        pending: &mut Vec<(u32, u32)>,
+        dest: Option<&mut [u8]>,
+    ) -> Result<(), FtlError> {
+        if let (Some(b), false) = (dest, pending.is_empty()) {
+            let page = self.g.page_size as usize;
+            let r = self.store.read_many(pending, b, page);
+            pending.clear();
+            r?;
+        }
+        Ok(())
     }
 
     /// Copy a write into the buffer, flushing the filling half when it is

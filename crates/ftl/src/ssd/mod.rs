@@ -142,6 +142,8 @@ pub struct Ssd {
     /// Per chip: the latest program or erase placed, `(start, end)`.
     chip_write_busy: Vec<(u64, u64)>,
     act_pool: Vec<Vec<MapAction>>,
+    /// A host read's flash pages as (ppa, page of the request), reused.
+    read_list: Vec<(u32, u32)>,
     moved: Vec<u32>,
     scratch: Vec<u8>,
     serving_read: bool,
@@ -253,6 +255,7 @@ impl Ssd {
             last_flush_end: 0,
             chip_write_busy: vec![(0, 0); g.chips as usize],
             act_pool: (0..4).map(|_| Vec::with_capacity(64)).collect(),
+            read_list: Vec::new(),
             moved: Vec::with_capacity(g.pages_per_block as usize),
             scratch: if has_data { vec![0; page] } else { Vec::new() },
             serving_read: false,
@@ -316,6 +319,7 @@ impl Ssd {
             last_flush_end: self.last_flush_end,
             chip_write_busy: self.chip_write_busy.clone(),
             act_pool: self.act_pool.clone(),
+            read_list: Vec::new(),
             moved: self.moved.clone(),
             scratch: self.scratch.clone(),
             serving_read: self.serving_read,
