@@ -58,11 +58,26 @@ enum Command {
     },
 }
 
-fn main() -> Result<()> {
+/// A failed command prints its error and every cause on one line
+/// (`ptsd: error: opening device: d.img: No such file or directory`) and
+/// exits with status 1 — not Rust's default `Error: {:?}`, which lists the
+/// causes on separate lines and, when `RUST_BACKTRACE` is set in the
+/// user's environment, a backtrace of the binary for an ordinary error.
+fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eoutln!("ptsd: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     if let Some(r) = fs::mount_helper_main() {
         return r;
     }

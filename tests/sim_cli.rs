@@ -260,3 +260,21 @@ fn bad_options_are_errors() {
         );
     }
 }
+
+/// A failed command prints one line — the error and its causes — and exits
+/// with status 1, also when the user's environment asks for backtraces
+/// (an ordinary error is not a crash of the binary).
+#[test]
+fn errors_are_one_line_without_a_backtrace() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptsd"))
+        .args(["fsck", "/nonexistent/ptsd-test.img"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run ptsd");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("ptsd: error: "), "stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "stderr: {err}");
+    assert!(err.contains("ptsd-test.img"), "stderr: {err}");
+    assert!(!err.contains("backtrace"), "stderr: {err}");
+}
