@@ -253,9 +253,9 @@ fn bad_options_are_errors() {
         let run = ptsd(args);
         assert!(!run.status.success(), "{args:?} succeeded");
         let stderr = String::from_utf8_lossy(&run.stderr);
-        // clap's own value errors say `error:`, ours `Error:`.
+        // clap's own value errors say `error:`, ours `ptsd: error:`.
         assert!(
-            stderr.to_lowercase().starts_with("error:"),
+            stderr.starts_with("error:") || stderr.starts_with("ptsd: error:"),
             "{args:?}: {stderr}"
         );
     }
