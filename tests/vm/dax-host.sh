@@ -46,10 +46,7 @@ dax_powercut_boots() {
     local t1 cut=$cache/console-powercut1.log ver=$cache/console-powercut2.log
     t1=$(date +%s)
     log "power cut: boot 1 (write + fsync), console in $cut"
-    # no_timer_check as in run.sh's boot: without it a loaded host can make
-    # the guest's early timer check fail, a panic before the serial console
-    # is up (QEMU then exits with an empty log).
-    "${qemu[@]}" -append "console=ttyS0 quiet panic=-1 no_timer_check ptsd.dax=powercut1" > "$cut" 2>&1 &
+    "${qemu[@]}" -append "$boot_args ptsd.dax=powercut1" > "$cut" 2>&1 &
     local pid=$! i=0
     while kill -0 $pid 2>/dev/null && ! grep -q '^PTSD-VM-POWERCUT' "$cut" && [ $i -lt 1800 ]; do
         sleep 0.1; i=$((i + 1))
@@ -64,7 +61,7 @@ dax_powercut_boots() {
         return
     fi
     log "power cut: QEMU killed; boot 2 (verify), console in $ver"
-    timeout 300 "${qemu[@]}" -append "console=ttyS0 quiet panic=-1 no_timer_check ptsd.dax=powercut2" > "$ver" 2>&1 || true
+    timeout 300 "${qemu[@]}" -append "$boot_args ptsd.dax=powercut2" > "$ver" 2>&1 || true
     tr -d '\r' < "$ver" | grep -aoE 'PTSD-VM(-FIG)?: .*' >> "$out.txt" || true
     grep -q '^PTSD-VM: dax-powercut-verify ' "$out.txt" ||
         echo "PTSD-VM: dax-powercut-verify FAIL boot 2 did not finish (see $ver)" >> "$out.txt"

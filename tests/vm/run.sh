@@ -147,10 +147,12 @@ chmod +x "$rd/init"
 out=$cache/console.log
 log "booting (TCG); console in $out"
 dax_qemu_args
+# Every boot's kernel command line starts with these (each adds its mode).
+boot_args="console=ttyS0 quiet panic=-1 no_timer_check"
 qemu=(qemu-system-x86_64 -accel "${PTSD_VM_ACCEL:-tcg,thread=single}" -smp "${PTSD_VM_SMP:-2}" -nographic -no-reboot
     -kernel "$kdir/vmlinuz" -initrd "$cache/initrd.gz" "${dax_qemu[@]}")
 timeout "${PTSD_VM_TIMEOUT:-600}" "${qemu[@]}" \
-    -append "console=ttyS0 quiet panic=-1 no_timer_check ${PTSD_VM_APPEND:-}" > "$out" 2>&1 || true
+    -append "$boot_args ${PTSD_VM_APPEND:-}" > "$out" 2>&1 || true
 tr -d '\r' < "$out" > "$out.txt"
 dax_powercut_boots
 uring_boot

@@ -64,7 +64,7 @@ uring_boot() {
     timeout "${PTSD_VM_TIMEOUT:-600}" qemu-system-x86_64 -accel "${PTSD_VM_ACCEL:-tcg,thread=single}" \
         -smp "${PTSD_VM_SMP:-2}" -m 2G -nographic -no-reboot -cpu max \
         -kernel "$uring_kdir/vmlinuz" -initrd "$cache/initrd.gz" \
-        -append "console=ttyS0 quiet panic=-1 no_timer_check ptsd.mode=fuse-uring" > "$con" 2>&1 || true
+        -append "$boot_args ptsd.mode=fuse-uring" > "$con" 2>&1 || true
     tr -d '\r' < "$con" | grep -aoE 'PTSD-VM(-FIG)?: .*' >> "$out.txt" || true
     grep -q '^PTSD-VM: stack-fs-uring ' "$out.txt" ||
         echo "PTSD-VM: stack-fs-uring FAIL the boot did not finish (see $con)" >> "$out.txt"
