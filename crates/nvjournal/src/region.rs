@@ -304,21 +304,27 @@ impl PmemRegion {
                     "the file is DAX (statx) but MAP_SYNC was refused: not power-loss safe through cache flushes"
                 );
             }
+            let mode = fallback_mode(&file);
+            if mode == RegionMode::Msync {
+                small_page_cache(&file, bytes).map_err(io("page cache setup"))?;
+            }
             // SAFETY: as above, plain shared mapping.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    prot,
-                    libc::MAP_SHARED | libc::MAP_POPULATE,
-                    fd,
-                    0,
-                )
-            };
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
             if p == libc::MAP_FAILED {
                 return Err(io("mmap")(std::io::Error::last_os_error()));
             }
-            (p, fallback_mode(&file))
+            if mode == RegionMode::Msync {
+                // Pages faulted in later (after reclaim) come back as single
+                // pages too: a random-access mapping is read page by page.
+                // SAFETY: advice on exactly the mapping just created.
+                unsafe { libc::madvise(p, len, libc::MADV_RANDOM) };
+            }
+            // Pre-fault now (as MAP_POPULATE would, but after the advice),
+            // so the first lap of each ring does not fault per slot. Only
+            // an optimisation: kernels before 5.14 lack it and fault lazily.
+            // SAFETY: advice on exactly the mapping just created.
+            unsafe { libc::madvise(p, len, libc::MADV_POPULATE_READ) };
+            (p, mode)
         };
         tracing::info!(
             path = %path.display(),
@@ -395,6 +401,39 @@ fn zero_fill(file: &File, from: u64, to: u64) -> std::io::Result<()> {
         at += n as u64;
     }
     file.sync_data()
+}
+
+/// Fill the page cache of a region file with single (4 KiB) pages.
+///
+/// A store through a shared mapping dirties the whole page-cache folio it
+/// falls in, and `msync` writes whole folios back. File systems with large
+/// folios (ext4 since Linux 6.16) build them on readahead, up to 2 MiB, so
+/// one 4 KiB journal slot would cost a 2 MiB write at every commit. Pages
+/// read with `POSIX_FADV_RANDOM` set are single pages, and a mapping then
+/// maps the pages already cached; folios left from earlier use of the file
+/// are dropped first (after writing back any dirty ones).
+fn small_page_cache(file: &File, bytes: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let fd = file.as_raw_fd();
+    let advise = |advice| {
+        // SAFETY: a plain syscall on a descriptor we own.
+        match unsafe { libc::posix_fadvise(fd, 0, bytes as libc::off_t, advice) } {
+            0 => Ok(()),
+            e => Err(std::io::Error::from_raw_os_error(e)),
+        }
+    };
+    file.sync_data()?;
+    advise(libc::POSIX_FADV_DONTNEED)?;
+    advise(libc::POSIX_FADV_RANDOM)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < bytes {
+        let n = (bytes - at).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// Reserve the file's blocks now: a store into a shared mapping of a hole
