@@ -100,6 +100,13 @@ pub trait BlockDevice: Send + Sync {
         }
         Ok(())
     }
+
+    /// A hint: `count` blocks from `block` will be read soon. Devices with a
+    /// cache start fetching them and return without waiting; the default
+    /// does nothing. Never an error: a later read reports any.
+    fn prefetch(&self, block: u64, count: u64) {
+        let _ = (block, count);
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
@@ -129,6 +136,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<(), BlockError> {
         (**self).read_batch(reads)
+    }
+    fn prefetch(&self, block: u64, count: u64) {
+        (**self).prefetch(block, count)
     }
 }
 

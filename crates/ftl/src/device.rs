@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -122,7 +123,15 @@ pub struct SsdDevice<C: Clock = VirtualClock> {
     clock: C,
     page_size: u32,
     pages: u64,
+    /// The engine's store device, told what a read will need before the
+    /// read takes the lock (see [`SsdDevice::prefetch_from`]).
+    prefetch: Option<Arc<dyn BlockDevice>>,
+    /// Where recent reads ended: a read starting at one is sequential.
+    stream_ends: Mutex<[u64; 8]>,
 }
+
+/// A sequential read prefetches this many times its own size beyond it.
+const AHEAD: u64 = 3;
 
 /// Largest request handed to the engine at once (pages).
 const MAX_PAGES: u64 = 1024;
@@ -153,6 +162,50 @@ impl<C: Clock> SsdDevice<C> {
                 finished: HashMap::new(),
             }),
             clock,
+            prefetch: None,
+            stream_ends: Mutex::new([u64::MAX; 8]),
+        }
+    }
+
+    /// Prefetch from `image`, the device under the engine's persistent
+    /// store, the flash pages a host read will need, before the read takes
+    /// the engine's lock. The engine reads its store under that lock, so
+    /// without this the cold reads of concurrent requests reach the disk
+    /// one request at a time.
+    pub fn prefetch_from(mut self, image: Arc<dyn BlockDevice>) -> Self {
+        self.prefetch = Some(image);
+        self
+    }
+
+    fn prefetch_pages(&self, block: u64, count: u64) {
+        let Some(image) = &self.prefetch else {
+            return;
+        };
+        // A read that continues an earlier one fetches the next as much
+        // too: the next request then finds its pages cached.
+        let ahead = {
+            let mut ends = self.stream_ends.lock();
+            match ends.iter_mut().find(|e| **e == block) {
+                Some(e) => {
+                    *e = block + count;
+                    count * AHEAD
+                }
+                None => {
+                    ends.rotate_right(1);
+                    ends[0] = block + count;
+                    0
+                }
+            }
+        };
+        let span = (count + ahead).min(self.pages - block);
+        let mut extents = Vec::new();
+        self.inner.lock().ssd.image_extents(
+            block,
+            span.min(u64::from(u32::MAX)) as u32,
+            &mut extents,
+        );
+        for (b, n) in extents {
+            image.prefetch(b, n);
         }
     }
 
@@ -257,6 +310,7 @@ impl<C: Clock> BlockDevice for SsdDevice<C> {
 
     fn read(&self, block: u64, buf: &mut [u8]) -> Result<(), BlockError> {
         let count = check_request(self, block, buf.len())?;
+        self.prefetch_pages(block, count);
         let ps = self.page_size as usize;
         let mut done = 0;
         while done < count {

@@ -342,6 +342,10 @@ impl Store for PersistentStore {
         Ok(())
     }
 
+    fn image_extent(&self, ppa: u32) -> Option<(u64, u64)> {
+        Some((self.data_block(ppa), self.lay.k))
+    }
+
     fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
         self.dev.read(self.data_block(ppa), buf)?;
         self.verify(ppa, buf)

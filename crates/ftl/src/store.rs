@@ -80,6 +80,12 @@ pub trait Store: Send {
         }
         Ok(())
     }
+    /// Where physical page `ppa` lies on the store's device, as (first
+    /// device block, device blocks), for stores on a device.
+    fn image_extent(&self, ppa: u32) -> Option<(u64, u64)> {
+        let _ = ppa;
+        None
+    }
     /// GC copy: `to` gets `from`'s data with a new OOB.
     fn copy(&mut self, from: u32, to: u32, oob: Oob, scratch: &mut [u8]) -> Result<(), StoreError> {
         self.read(from, scratch)?;

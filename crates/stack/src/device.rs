@@ -202,12 +202,12 @@ fn open_ssd(
             source,
         })?;
     let fresh = first.iter().all(|&b| b == 0);
-    let ssd = Ssd::open_on(cfg, Box::new(image)).map_err(|source| StackError::Ssd {
+    let ssd = Ssd::open_on(cfg, Box::new(image.clone())).map_err(|source| StackError::Ssd {
         what: "opening",
         image: name.clone(),
         source,
     })?;
-    let ssd = Arc::new(SsdDevice::virtual_time(ssd));
+    let ssd = Arc::new(SsdDevice::virtual_time(ssd).prefetch_from(image.clone()));
     let how = if fresh { ", new" } else { "" };
     let source = lock.as_ref().and_then(|l| l.path().canonicalize().ok());
     Ok(Opened {

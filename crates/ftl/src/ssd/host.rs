@@ -20,6 +20,45 @@ impl Ssd {
         r
     }
 
+    /// Where on the store's device the flash pages of `pages` logical
+    /// pages from `lpn` lie, as `(device block, blocks)` extents, adjacent
+    /// ones merged, appended to `out` (nothing for pages in the write
+    /// buffer, unmapped, or a store without a device). A hint only: the
+    /// map may change before the pages are read. [`SsdDevice`] prefetches
+    /// them before taking the engine's lock, so that cold reads from
+    /// several threads reach the disk together instead of one at a time.
+    ///
+    /// [`SsdDevice`]: crate::SsdDevice
+    pub fn image_extents(&self, lpn: u64, pages: u32, out: &mut Vec<(u64, u64)>) {
+        if !self.has_data {
+            return;
+        }
+        let end = (lpn + u64::from(pages)).min(self.l2p.len() as u64);
+        for l in lpn..end {
+            let e = self.l2p[l as usize];
+            if e == UNMAPPED || e & IN_BUFFER != 0 {
+                continue;
+            }
+            let Some((block, n)) = self.store.image_extent(e) else {
+                return;
+            };
+            out.push((block, n));
+        }
+        out.sort_unstable();
+        out.dedup();
+        let mut merged = 0;
+        for i in 0..out.len() {
+            let (b, n) = out[i];
+            if merged > 0 && out[merged - 1].0 + out[merged - 1].1 == b {
+                out[merged - 1].1 += n;
+            } else {
+                out[merged] = (b, n);
+                merged += 1;
+            }
+        }
+        out.truncate(merged);
+    }
+
     pub(super) fn read_pages(
         &mut self,
         req: &Request,
