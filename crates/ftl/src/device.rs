@@ -128,10 +128,17 @@ pub struct SsdDevice<C: Clock = VirtualClock> {
     prefetch: Option<Arc<dyn BlockDevice>>,
     /// Where recent reads ended: a read starting at one is sequential.
     stream_ends: Mutex<[u64; 8]>,
+    /// Read payloads kept for reuse.
+    spare: Mutex<Vec<Vec<u8>>>,
 }
 
 /// A sequential read prefetches this many times its own size beyond it.
 const AHEAD: u64 = 3;
+
+/// Read payloads kept for reuse (one per reader thread is enough).
+const SPARE_BUFFERS: usize = 8;
+/// Largest read payload kept (a FUSE read is at most 1 MiB).
+const SPARE_MAX_BYTES: usize = 1 << 20;
 
 /// Largest request handed to the engine at once (pages).
 const MAX_PAGES: u64 = 1024;
@@ -164,6 +171,7 @@ impl<C: Clock> SsdDevice<C> {
             clock,
             prefetch: None,
             stream_ends: Mutex::new([u64::MAX; 8]),
+            spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -197,14 +205,16 @@ impl<C: Clock> SsdDevice<C> {
                 }
             }
         };
-        let span = (count + ahead).min(self.pages - block);
-        let mut extents = Vec::new();
-        self.inner.lock().ssd.image_extents(
-            block,
-            span.min(u64::from(u32::MAX)) as u32,
-            &mut extents,
-        );
-        for (b, n) in extents {
+        let ahead = ahead.min(self.pages - block - count);
+        let pages = |n: u64| n.min(u64::from(u32::MAX)) as u32;
+        // Its own pages first (the read waits for them), then the next.
+        let (mut own, mut next) = (Vec::new(), Vec::new());
+        {
+            let g = self.inner.lock();
+            g.ssd.image_extents(block, pages(count), &mut own);
+            g.ssd.image_extents(block + count, pages(ahead), &mut next);
+        }
+        for &(b, n) in own.iter().chain(&next) {
             image.prefetch(b, n);
         }
     }
@@ -316,14 +326,17 @@ impl<C: Clock> BlockDevice for SsdDevice<C> {
         while done < count {
             let n = (count - done).min(MAX_PAGES);
             let chunk = &mut buf[done as usize * ps..(done + n) as usize * ps];
-            let p = self.run(
-                Op::Read,
-                block + done,
-                n as u32,
-                Payload::Read(vec![0; chunk.len()]),
-            )?;
+            // A recycled buffer: a fresh one would be zeroed (and, at this
+            // size, mapped and faulted in) only to be overwritten.
+            let mut data = self.spare.lock().pop().unwrap_or_default();
+            data.resize(chunk.len(), 0);
+            let p = self.run(Op::Read, block + done, n as u32, Payload::Read(data))?;
             if let Payload::Read(data) = p {
                 chunk.copy_from_slice(&data);
+                let mut spare = self.spare.lock();
+                if spare.len() < SPARE_BUFFERS && data.capacity() <= SPARE_MAX_BYTES {
+                    spare.push(data);
+                }
             }
             done += n;
         }

@@ -170,7 +170,8 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
                 .block_size(cfg.page_size)
                 .direct(false)
                 .io_uring_buffered(true)
-                .random_access(true);
+                .random_access(true)
+                .preallocate(true);
             let dev = if empty {
                 opts.create(&img, Ssd::image_blocks(&cfg, cfg.page_size))
             } else {

@@ -288,3 +288,47 @@ fn block_device_when_given() {
     assert_eq!(&back[..BS], &pattern(8, 16)[..BS]);
     assert!(FileDevice::create(&path, 4096, 1).is_err());
 }
+
+/// `preallocate`: a created file's blocks are allocated at once where the
+/// file system allocates (not on tmpfs, where it would take RAM); without
+/// it the file is sparse. Prefetch hints never fail, in or out of range.
+#[test]
+fn preallocated_files_are_allocated_and_prefetch_is_a_harmless_hint() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    const BLOCKS: u64 = 1024;
+    let bytes = BLOCKS * BS as u64;
+    let sparse = FileDeviceOptions::new()
+        .direct(false)
+        .create(dir.path().join("sparse"), BLOCKS)
+        .unwrap();
+    let full = FileDeviceOptions::new()
+        .direct(false)
+        .preallocate(true)
+        .create(dir.path().join("full"), BLOCKS)
+        .unwrap();
+    let allocated = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().blocks() * 512;
+    assert!(
+        allocated("sparse") < bytes,
+        "a created file is sparse by default"
+    );
+    let file = File::open(dir.path().join("full")).unwrap();
+    if on_ram_fs(&file) {
+        assert_eq!(allocated("full"), 0, "nothing allocated ahead on a RAM fs");
+    } else {
+        assert!(
+            allocated("full") >= bytes,
+            "{} of {bytes} bytes allocated",
+            allocated("full")
+        );
+    }
+    for dev in [&sparse, &full] {
+        dev.write(7, &pattern(7, 1)).unwrap();
+        dev.prefetch(0, BLOCKS);
+        dev.prefetch(BLOCKS - 1, 2);
+        dev.prefetch(u64::MAX, 1);
+        let mut buf = vec![0u8; BS];
+        dev.read(7, &mut buf).unwrap();
+        assert_eq!(buf, pattern(7, 1));
+    }
+}

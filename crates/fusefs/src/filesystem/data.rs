@@ -31,14 +31,19 @@ impl FileSystem {
             };
             let n = left.min(last + 1 - lblk);
             if !unwritten {
-                runbuf.resize((n * BS) as usize, 0);
-                self.store.read_run(pblk, &mut runbuf)?;
                 // The part of the run inside [offset, end).
                 let lo = offset.max(lblk * BS);
                 let hi = end.min((lblk + n) * BS);
-                let from = (lo - lblk * BS) as usize;
-                out[(lo - offset) as usize..(hi - offset) as usize]
-                    .copy_from_slice(&runbuf[from..from + (hi - lo) as usize]);
+                let dest = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+                if lo == lblk * BS && hi == (lblk + n) * BS {
+                    // Whole blocks: straight into the reply.
+                    self.store.read_run(pblk, dest)?;
+                } else {
+                    runbuf.resize((n * BS) as usize, 0);
+                    self.store.read_run(pblk, &mut runbuf)?;
+                    let from = (lo - lblk * BS) as usize;
+                    dest.copy_from_slice(&runbuf[from..from + (hi - lo) as usize]);
+                }
             }
             lblk += n;
         }
