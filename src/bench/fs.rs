@@ -32,7 +32,7 @@ enum Target {
     /// ptsd over FUSE io_uring busy-polling its queues (`-o uring_poll`,
     /// 100 us after each reply): what polling buys, and its CPU.
     PtsdUringPoll,
-    /// ptsd with its journal a file in the work dir (msync mode): power-loss class.
+    /// ptsd with its journal a file in the work dir (written and fdatasync'ed at each commit): power-loss class.
     PtsdDurable,
     /// ext4 on a loop over a disk image in the work dir: power-loss anchor.
     Ext4,

@@ -2,8 +2,8 @@
 //!
 //! Built after "NVM-based concurrent journaling for journaling file
 //! systems" (`docs/papers.md` §2 in the repository): the journal lives in a byte-addressable region
-//! ([`PmemRegion`]: DAX with `MAP_SYNC`, else an mmap with `msync`, else a
-//! tmpfs file; or the crash-simulating [`CrashRegion`]), split into N
+//! ([`PmemRegion`]: DAX with `MAP_SYNC`, else a tmpfs file, else a disk file
+//! written and `fdatasync`ed at each commit; or the crash-simulating [`CrashRegion`]), split into N
 //! partition rings. A block goes to ring `block % N`; a slot is claimed with
 //! one atomic add, filled, flushed (`clwb`/`clflushopt` + `sfence`) and
 //! flagged. Transactions ([`Tx`]) commit all-or-nothing; a commit snapshots

@@ -1,6 +1,8 @@
 //! The persistent-memory region behind the journal, and the [`Persist`]
 //! trait that lets a crash-simulating region take its place.
 
+mod shadow;
+
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -34,8 +36,10 @@ pub enum RegionMode {
     /// `MAP_SYNC` on a DAX file system: a cache-line flush + fence makes a
     /// store durable against power loss (real persistent memory).
     Dax,
-    /// Ordinary shared mapping of a file on a block-backed file system:
-    /// durable only after `msync`, which the journal issues at each commit.
+    /// A file on a block-backed file system: the region lives in memory,
+    /// and a sync (which the journal issues at each commit) writes the
+    /// pages stored to since the last one and `fdatasync`s the file (what
+    /// `msync` of a shared mapping would do, without its page faults).
     Msync,
     /// A file on tmpfs (or any RAM file system): survives a process crash,
     /// not a power cut — the paper's "DRAM as NVM" emulation.
@@ -48,7 +52,7 @@ impl std::fmt::Display for RegionMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             RegionMode::Dax => "dax (MAP_SYNC)",
-            RegionMode::Msync => "mmap+msync",
+            RegionMode::Msync => "file+fdatasync",
             RegionMode::Tmpfs => "tmpfs (process-crash safe only)",
             RegionMode::Simulated => "simulated",
         })
@@ -61,7 +65,9 @@ impl RegionMode {
     pub fn durability(&self) -> String {
         match self {
             RegionMode::Dax => format!("power-loss safe (DAX, MAP_SYNC, {}+sfence)", flush_instr()),
-            RegionMode::Msync => "power-loss safe (mmap + msync at each commit)".into(),
+            RegionMode::Msync => {
+                "power-loss safe (written to the file and fdatasync'ed at each commit)".into()
+            }
             RegionMode::Tmpfs => {
                 "process-crash safe only (RAM file: survives kill -9, not a power cut)".into()
             }
@@ -210,9 +216,10 @@ forward_persist!(Box);
 /// A memory-mapped file used as persistent memory.
 ///
 /// [`open_file`](Self::open_file) tries `MAP_SHARED_VALIDATE | MAP_SYNC`
-/// first (DAX); if the file system refuses, it maps with `MAP_SHARED` and
-/// reports [`RegionMode::Tmpfs`] for a RAM file system or
-/// [`RegionMode::Msync`] otherwise. So a journal file on a DAX file system
+/// first (DAX); if the file system refuses, it maps a RAM file system's
+/// file with `MAP_SHARED` ([`RegionMode::Tmpfs`]), and otherwise keeps the
+/// region in memory, written to the file at each sync
+/// ([`RegionMode::Msync`]). So a journal file on a DAX file system
 /// (ext4/xfs mounted `-o dax` on persistent memory) gets the DAX mode by
 /// itself, wherever the region is opened from.
 ///
@@ -232,7 +239,9 @@ pub struct PmemRegion {
     len: usize,
     mode: RegionMode,
     dax_file: bool,
-    _file: File,
+    /// Msync mode: `base` is our own memory, written to `file` at syncs.
+    shadow: Option<shadow::Shadow>,
+    file: File,
 }
 
 // SAFETY: the mapping is owned by the region and lives until drop; every
@@ -305,25 +314,46 @@ impl PmemRegion {
                 );
             }
             let mode = fallback_mode(&file);
-            if mode == RegionMode::Msync {
-                small_page_cache(&file, bytes).map_err(io("page cache setup"))?;
-            }
-            // SAFETY: as above, plain shared mapping.
-            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
-            if p == libc::MAP_FAILED {
-                return Err(io("mmap")(std::io::Error::last_os_error()));
-            }
-            if mode == RegionMode::Msync {
-                // Pages faulted in later (after reclaim) come back as single
-                // pages too: a random-access mapping is read page by page.
-                // SAFETY: advice on exactly the mapping just created.
-                unsafe { libc::madvise(p, len, libc::MADV_RANDOM) };
-            }
-            // Pre-fault now (as MAP_POPULATE would, but after the advice),
-            // so the first lap of each ring does not fault per slot. Only
-            // an optimisation: kernels before 5.14 lack it and fault lazily.
-            // SAFETY: advice on exactly the mapping just created.
-            unsafe { libc::madvise(p, len, libc::MADV_POPULATE_READ) };
+            let p = if mode == RegionMode::Msync {
+                // Memory of our own, written to the file at each sync
+                // (see `shadow`).
+                // SAFETY: a fresh anonymous mapping; checked below.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        prot,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                if p == libc::MAP_FAILED {
+                    return Err(io("mmap")(std::io::Error::last_os_error()));
+                }
+                if let Err(e) = shadow::load(&file, p.cast(), len) {
+                    // SAFETY: unmapping exactly the mapping just created.
+                    unsafe { libc::munmap(p, len) };
+                    return Err(io("read")(e));
+                }
+                p
+            } else {
+                // SAFETY: as above, plain shared mapping.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        prot,
+                        libc::MAP_SHARED | libc::MAP_POPULATE,
+                        fd,
+                        0,
+                    )
+                };
+                if p == libc::MAP_FAILED {
+                    return Err(io("mmap")(std::io::Error::last_os_error()));
+                }
+                p
+            };
             (p, mode)
         };
         tracing::info!(
@@ -339,7 +369,8 @@ impl PmemRegion {
             len,
             mode,
             dax_file,
-            _file: file,
+            shadow: (mode == RegionMode::Msync).then(|| shadow::Shadow::new(len)),
+            file,
         })
     }
 
@@ -352,6 +383,13 @@ impl PmemRegion {
     /// The cache-line flush instruction in use.
     pub fn flush_instr(&self) -> FlushInstr {
         flush_instr()
+    }
+
+    /// Note a store for the next sync (msync mode).
+    fn mark(&self, offset: usize, len: usize) {
+        if let Some(shadow) = &self.shadow {
+            shadow.mark(offset, len);
+        }
     }
 
     fn words(&self) -> &[AtomicU64] {
@@ -401,39 +439,6 @@ fn zero_fill(file: &File, from: u64, to: u64) -> std::io::Result<()> {
         at += n as u64;
     }
     file.sync_data()
-}
-
-/// Fill the page cache of a region file with single (4 KiB) pages.
-///
-/// A store through a shared mapping dirties the whole page-cache folio it
-/// falls in, and `msync` writes whole folios back. File systems with large
-/// folios (ext4 since Linux 6.16) build them on readahead, up to 2 MiB, so
-/// one 4 KiB journal slot would cost a 2 MiB write at every commit. Pages
-/// read with `POSIX_FADV_RANDOM` set are single pages, and a mapping then
-/// maps the pages already cached; folios left from earlier use of the file
-/// are dropped first (after writing back any dirty ones).
-fn small_page_cache(file: &File, bytes: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::FileExt;
-    let fd = file.as_raw_fd();
-    let advise = |advice| {
-        // SAFETY: a plain syscall on a descriptor we own.
-        match unsafe { libc::posix_fadvise(fd, 0, bytes as libc::off_t, advice) } {
-            0 => Ok(()),
-            e => Err(std::io::Error::from_raw_os_error(e)),
-        }
-    };
-    file.sync_data()?;
-    advise(libc::POSIX_FADV_DONTNEED)?;
-    advise(libc::POSIX_FADV_RANDOM)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0;
-    while at < bytes {
-        let n = (bytes - at).min(buf.len() as u64) as usize;
-        file.read_exact_at(&mut buf[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
 }
 
 /// Reserve the file's blocks now: a store into a shared mapping of a hole
@@ -584,6 +589,7 @@ impl Persist for PmemRegion {
     }
     fn write(&self, offset: usize, data: &[u8]) {
         atomic_store(self.words(), self.bytes(), offset, data);
+        self.mark(offset, data.len());
     }
     fn read(&self, offset: usize, buf: &mut [u8]) {
         atomic_load(self.words(), self.bytes(), offset, buf);
@@ -598,6 +604,7 @@ impl Persist for PmemRegion {
         // being written by anyone else: the caller guarantees no concurrent
         // access to the destination.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), data.len()) };
+        self.mark(offset, data.len());
     }
     unsafe fn read_unshared(&self, offset: usize, buf: &mut [u8]) {
         assert!(
@@ -630,12 +637,23 @@ impl Persist for PmemRegion {
         for part in parts {
             // SAFETY: `[at, at + part.len())` lies inside our live mapping
             // (checked above) and the caller guarantees exclusive access.
-            unsafe { copy_persist_nodrain(self.base.add(at), part) };
+            unsafe {
+                if self.shadow.is_some() {
+                    // Durable at the next sync; cache flushes buy nothing.
+                    std::ptr::copy_nonoverlapping(part.as_ptr(), self.base.add(at), part.len());
+                } else {
+                    copy_persist_nodrain(self.base.add(at), part);
+                }
+            }
             at += part.len();
         }
+        self.mark(offset, total);
         store_fence();
     }
     fn persist_ranges(&self, ranges: &[(usize, usize)]) {
+        if self.shadow.is_some() {
+            return;
+        }
         for &(offset, len) in ranges {
             assert!(offset + len <= self.len, "persist out of bounds");
             // SAFETY: the range was just checked to lie inside our mapping.
@@ -644,17 +662,9 @@ impl Persist for PmemRegion {
         store_fence();
     }
     fn sync(&self) -> Result<(), RegionError> {
-        if self.mode != RegionMode::Msync {
-            return Ok(());
+        match &self.shadow {
+            Some(shadow) => shadow.sync(self.base, self.len, &self.file),
+            None => Ok(()),
         }
-        // SAFETY: msync on exactly our live mapping.
-        let rc = unsafe { libc::msync(self.base.cast(), self.len, libc::MS_SYNC) };
-        if rc != 0 {
-            return Err(RegionError::Io {
-                op: "msync",
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(())
     }
 }
