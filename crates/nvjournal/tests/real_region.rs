@@ -172,6 +172,54 @@ fn an_msync_region_writes_back_single_pages() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// Msync mode: when `sync` returns, the file holds every store made before
+/// the call, also while other threads store and sync at the same time (a
+/// sync may return early when one begun after it was called has finished).
+#[test]
+fn a_sync_writes_every_earlier_store_to_the_file_under_concurrent_syncs() {
+    use std::os::unix::fs::FileExt;
+    let (dir, _guard) = region_dir();
+    let path = dir.join("concurrent-syncs");
+    let region = Arc::new(PmemRegion::open_file(&path, REGION).unwrap());
+    if region.mode() != RegionMode::Msync {
+        println!("SKIP: region mode {} (not msync)", region.mode());
+        return;
+    }
+    let file = std::fs::File::open(&path).unwrap();
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 200;
+    let pages = REGION / BS as u64;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (region, file) = (region.clone(), file.try_clone().unwrap());
+            std::thread::spawn(move || {
+                for round in 1..=ROUNDS {
+                    // Two pages of this thread's own, one of them shared
+                    // with the previous round's neighbour (same page,
+                    // other word), so syncs race over the same pages.
+                    let page = (t * 7 + round * 13) % pages;
+                    let word = (page * BS as u64 + t * 8) as usize;
+                    let v = (t << 32) | round;
+                    region.write(word, &v.to_le_bytes());
+                    region.sync().unwrap();
+                    let mut got = [0u8; 8];
+                    file.read_exact_at(&mut got, word as u64).unwrap();
+                    assert_eq!(
+                        u64::from_le_bytes(got),
+                        v,
+                        "thread {t} round {round}: the synced store is not in the file"
+                    );
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    drop(region);
+    let _ = std::fs::remove_file(&path);
+}
+
 fn value(tag: u64) -> Vec<u8> {
     let mut b = vec![0u8; BS];
     for (i, c) in b.chunks_exact_mut(8).enumerate() {
