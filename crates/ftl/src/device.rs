@@ -283,6 +283,71 @@ impl<C: Clock> SsdDevice<C> {
     }
 }
 
+impl<C: Clock> SsdDevice<C> {
+    /// Submit several writes together (one lock for all, as a queue depth
+    /// of their number would) and wait until every one completes. The first
+    /// error is returned, after every request submitted has completed.
+    fn run_writes(&self, writes: Vec<(u64, u32, Vec<u8>)>) -> Result<(), BlockError> {
+        let mut pending: Vec<(u64, u64, u32)> = Vec::with_capacity(writes.len());
+        let mut first_err = None;
+        {
+            let mut g = self.inner.lock();
+            let now = self.clock.now_ns();
+            for (lpn, pages, data) in writes {
+                let id = g.next_id;
+                g.next_id += 1;
+                let req = Request {
+                    id,
+                    op: Op::Write,
+                    lpn,
+                    pages,
+                };
+                match g.ssd.submit(now, req, Payload::Write(data)) {
+                    Ok(()) => pending.push((id, lpn, pages)),
+                    Err(e) => {
+                        first_err = Some(request_error(e, Op::Write, lpn, pages, self.pages));
+                        break;
+                    }
+                }
+            }
+        }
+        while !pending.is_empty() {
+            let wait = {
+                let mut g = self.inner.lock();
+                let g = &mut *g;
+                g.ssd.advance(self.clock.now_ns(), &mut g.out);
+                for d in g.out.drain(..) {
+                    g.finished.insert(d.completion.id, d);
+                }
+                pending.retain(|&(id, lpn, pages)| {
+                    let Some(d) = g.finished.remove(&id) else {
+                        return true;
+                    };
+                    if d.failed && first_err.is_none() {
+                        first_err = Some(match (d.error, g.ssd.fault()) {
+                            (Some(e), _) => request_error(*e, Op::Write, lpn, pages, self.pages),
+                            (None, Some(f)) => fault_error(Op::Write, f.clone()),
+                            (None, None) => {
+                                BlockError::Io(io::Error::other("the SSD failed the request"))
+                            }
+                        });
+                    }
+                    false
+                });
+                if pending.is_empty() {
+                    break;
+                }
+                g.ssd.next_event()
+            };
+            match wait {
+                Some(t) => self.clock.wait_until(t),
+                None => std::thread::yield_now(),
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
 /// A request the engine refused, as a `BlockError`; the engine's error
 /// travels inside the `io::Error` (typed, for `source()`/downcasting).
 fn request_error(e: RequestError, op: Op, lpn: u64, pages: u32, capacity: u64) -> BlockError {
@@ -363,6 +428,23 @@ impl<C: Clock> BlockDevice for SsdDevice<C> {
 
     fn flush(&self) -> Result<(), BlockError> {
         self.run(Op::Flush, 0, 0, Payload::None).map(|_| ())
+    }
+
+    /// The extents go to the engine together, under one lock.
+    fn write_batch(&self, writes: &[(u64, &[u8])]) -> Result<(), BlockError> {
+        let ps = self.page_size as usize;
+        let mut reqs = Vec::with_capacity(writes.len());
+        for &(block, buf) in writes {
+            let count = check_request(self, block, buf.len())?;
+            let mut done = 0;
+            while done < count {
+                let n = (count - done).min(MAX_PAGES);
+                let chunk = &buf[done as usize * ps..(done + n) as usize * ps];
+                reqs.push((block + done, n as u32, chunk.to_vec()));
+                done += n;
+            }
+        }
+        self.run_writes(reqs)
     }
 
     fn discard(&self, block: u64, count: u64) -> Result<(), BlockError> {
