@@ -1354,7 +1354,15 @@ fn default_ram_journal_lost_at_reboot_is_discarded_after_saying_so() {
     let c = cstr(&dir);
     // SAFETY: valid NUL-terminated path.
     unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    // Bounded: a daemon thread stuck on a request to its own mount once
+    // kept a killed daemon alive for good (see `raise_readahead`).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed daemon {pid} is still there after 60 s: {}",
+            std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = std::fs::remove_file(pid_file(&dir));

@@ -717,40 +717,4 @@ pub fn mount_config(o: &MountOpts) -> Config {
     c
 }
 
-/// Read-ahead ptsd-fs mounts ask for, in KiB: a sequential read arrives as
-/// 1 MiB READs (the request cap, as for WRITEs: fuser offers a 16 MiB
-/// `max_write`, the kernel caps both at `fs.fuse.max_pages_limit`, 256
-/// pages), a few in flight for the worker threads; a 1 MiB window (one in
-/// flight) read slower than the 128 KiB default.
-pub const READAHEAD_KIB: u32 = 4096;
-
-/// Raises the read-ahead of the FUSE mount at `dir` to [`READAHEAD_KIB`],
-/// from a thread; call it once `dir` is mounted (else it would stat, and
-/// tune, the file system underneath). INIT can only lower the kernel's
-/// offer (the bdi default, 128 KiB: eight READs per MiB), so the window is
-/// set through the mount's bdi in sysfs, after INIT: a stat of the root
-/// waits in the kernel until INIT is answered. Needs root; without it the
-/// default stays and this only logs.
-pub fn raise_readahead(dir: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let dir = dir.to_path_buf();
-    let spawned = std::thread::Builder::new()
-        .name("ptsd-readahead".into())
-        .spawn(move || {
-            let res = std::fs::metadata(&dir).and_then(|m| {
-                let dev = m.dev();
-                let bdi = format!(
-                    "/sys/class/bdi/{}:{}/read_ahead_kb",
-                    libc::major(dev),
-                    libc::minor(dev)
-                );
-                std::fs::write(bdi, READAHEAD_KIB.to_string())
-            });
-            if let Err(e) = res {
-                tracing::debug!("read-ahead of {} stays: {e}", dir.display());
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::debug!("read-ahead thread: {e}");
-    }
-}
+pub use crate::readahead::{raise_readahead, READAHEAD_KIB};

@@ -36,6 +36,7 @@ pub mod format;
 pub mod fsck;
 pub mod fuse;
 pub mod opcount;
+mod readahead;
 pub mod store;
 pub mod uring;
 
