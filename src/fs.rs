@@ -388,7 +388,8 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             return Err(e);
         }
     };
-    // Waits for INIT on its own thread, served once `run` below starts.
+    // From a thread, without a request to the mount (INIT, which `run`
+    // below serves, may lower it once; the thread sets it again).
     ptsd_fs::fuse::raise_readahead(&a.dir);
     let pidf = pid_file(&a.dir);
     if let Some(parent) = pidf.parent() {
