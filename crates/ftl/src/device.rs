@@ -261,13 +261,7 @@ impl<C: Clock> SsdDevice<C> {
                 }
                 if let Some(d) = g.finished.remove(&id) {
                     if d.failed {
-                        return Err(match (d.error, g.ssd.fault()) {
-                            (Some(e), _) => request_error(*e, op, lpn, pages, self.pages),
-                            (None, Some(f)) => fault_error(op, f.clone()),
-                            (None, None) => {
-                                BlockError::Io(io::Error::other("the SSD failed the request"))
-                            }
-                        });
+                        return Err(self.failure(d.error, &g.ssd, op, lpn, pages));
                     }
                     return Ok(d.payload);
                 }
@@ -284,6 +278,23 @@ impl<C: Clock> SsdDevice<C> {
 }
 
 impl<C: Clock> SsdDevice<C> {
+    /// The error of a request the engine failed: its own, else the
+    /// device's fault.
+    fn failure(
+        &self,
+        error: Option<Box<RequestError>>,
+        ssd: &Ssd,
+        op: Op,
+        lpn: u64,
+        pages: u32,
+    ) -> BlockError {
+        match (error, ssd.fault()) {
+            (Some(e), _) => request_error(*e, op, lpn, pages, self.pages),
+            (None, Some(f)) => fault_error(op, f.clone()),
+            (None, None) => BlockError::Io(io::Error::other("the SSD failed the request")),
+        }
+    }
+
     /// Submit several writes together (one lock for all, as a queue depth
     /// of their number would) and wait until every one completes. The first
     /// error is returned, after every request submitted has completed.
@@ -324,13 +335,7 @@ impl<C: Clock> SsdDevice<C> {
                         return true;
                     };
                     if d.failed && first_err.is_none() {
-                        first_err = Some(match (d.error, g.ssd.fault()) {
-                            (Some(e), _) => request_error(*e, Op::Write, lpn, pages, self.pages),
-                            (None, Some(f)) => fault_error(Op::Write, f.clone()),
-                            (None, None) => {
-                                BlockError::Io(io::Error::other("the SSD failed the request"))
-                            }
-                        });
+                        first_err = Some(self.failure(d.error, &g.ssd, Op::Write, lpn, pages));
                     }
                     false
                 });
