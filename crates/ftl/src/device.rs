@@ -101,6 +101,17 @@ struct Inner {
     finished: HashMap<u64, Done>,
 }
 
+impl Inner {
+    /// Advance the engine to `now` and file its completions by request id
+    /// (for whichever waiting thread they belong to).
+    fn collect(&mut self, now: u64) {
+        self.ssd.advance(now, &mut self.out);
+        for d in self.out.drain(..) {
+            self.finished.insert(d.completion.id, d);
+        }
+    }
+}
+
 /// An [`Ssd`] behind the `BlockDevice` trait (block size = page size). Safe
 /// to share between threads: requests from several threads are in the
 /// interface queue together, as on a real device.
@@ -255,10 +266,7 @@ impl<C: Clock> SsdDevice<C> {
             let wait = {
                 let mut g = self.inner.lock();
                 let g = &mut *g;
-                g.ssd.advance(self.clock.now_ns(), &mut g.out);
-                for d in g.out.drain(..) {
-                    g.finished.insert(d.completion.id, d);
-                }
+                g.collect(self.clock.now_ns());
                 if let Some(d) = g.finished.remove(&id) {
                     if d.failed {
                         return Err(self.failure(d.error, &g.ssd, op, lpn, pages));
@@ -326,10 +334,7 @@ impl<C: Clock> SsdDevice<C> {
             let wait = {
                 let mut g = self.inner.lock();
                 let g = &mut *g;
-                g.ssd.advance(self.clock.now_ns(), &mut g.out);
-                for d in g.out.drain(..) {
-                    g.finished.insert(d.completion.id, d);
-                }
+                g.collect(self.clock.now_ns());
                 pending.retain(|&(id, lpn, pages)| {
                     let Some(d) = g.finished.remove(&id) else {
                         return true;
