@@ -276,11 +276,12 @@ impl PmemRegion {
         let dax_file = statx_dax(fd);
         let old_len = file.metadata().map_err(io("stat"))?.len();
         if old_len < bytes {
-            if dax_file {
+            if dax_file || fallback_mode(&file) == RegionMode::Msync {
                 // Written zeroes, not a hole (or fallocate's unwritten
-                // extents): a MAP_SYNC write fault that allocates or
-                // converts an extent must commit the file system's journal
-                // before it returns, once per page on the first lap.
+                // extents): a MAP_SYNC write fault, or a sync's write, that
+                // allocates or converts an extent must commit the file
+                // system's journal before it returns, once per page on the
+                // first lap.
                 zero_fill(&file, old_len, bytes).map_err(io("zero-fill"))?;
             } else {
                 file.set_len(bytes).map_err(io("set_len"))?;
@@ -369,7 +370,7 @@ impl PmemRegion {
             len,
             mode,
             dax_file,
-            shadow: (mode == RegionMode::Msync).then(|| shadow::Shadow::new(len)),
+            shadow: (mode == RegionMode::Msync).then(|| shadow::Shadow::new(len, &file)),
             file,
         })
     }
@@ -378,6 +379,12 @@ impl PmemRegion {
     /// `STATX_ATTR_DAX`: its pages are the persistent memory itself).
     pub fn dax_file(&self) -> bool {
         self.dax_file
+    }
+
+    /// True if syncs write the file with direct I/O (msync mode on a file
+    /// system that allows `O_DIRECT`, until a direct write is refused).
+    pub fn writes_direct(&self) -> bool {
+        self.shadow.as_ref().is_some_and(|s| s.writes_direct())
     }
 
     /// The cache-line flush instruction in use.

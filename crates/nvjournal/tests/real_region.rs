@@ -114,6 +114,134 @@ fn a_new_region_file_has_no_holes() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// In msync mode the file is written zeroes at creation, not fallocated:
+/// a sync's write into an unwritten extent would convert it, a metadata
+/// change that `fdatasync` then commits through the file system's journal.
+#[test]
+fn an_msync_region_file_has_no_unwritten_extents() {
+    let (dir, _guard) = region_dir();
+    let path = dir.join("written");
+    let region = PmemRegion::open_file(&path, REGION).unwrap();
+    if region.mode() != RegionMode::Msync {
+        println!("SKIP: region mode {} (not msync)", region.mode());
+        return;
+    }
+    let Some(extents) = extent_flags(&path) else {
+        println!("SKIP: no FIEMAP here");
+        return;
+    };
+    const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+    assert!(!extents.is_empty());
+    let unwritten = extents
+        .iter()
+        .filter(|&&f| f & FIEMAP_EXTENT_UNWRITTEN != 0)
+        .count();
+    assert_eq!(
+        unwritten,
+        0,
+        "{unwritten} of {} extents unwritten",
+        extents.len()
+    );
+    drop(region);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The flags of the file's extents (`FS_IOC_FIEMAP`, synced first), or
+/// None where the file system does not answer it.
+fn extent_flags(path: &Path) -> Option<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_FLAG_SYNC: u32 = 1;
+    const MAX: usize = 256;
+    // struct fiemap (32 bytes) then MAX struct fiemap_extent (56 bytes).
+    let mut buf = vec![0u64; (32 + 56 * MAX) / 8];
+    buf[1] = u64::MAX; // fm_length
+    buf[2] = u64::from(FIEMAP_FLAG_SYNC); // fm_flags; fm_mapped_extents = 0
+    buf[3] = MAX as u64; // fm_extent_count (low half of the fourth word)
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: the buffer holds a struct fiemap with room for MAX extents,
+    // as fm_extent_count tells the kernel.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP, buf.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    let mapped = (buf[2] >> 32) as usize;
+    Some(
+        (0..mapped.min(MAX))
+            .map(|i| {
+                // fe_flags: bytes 40..44 of the i-th 56-byte extent.
+                buf[(32 + 56 * i + 40) / 8] as u32
+            })
+            .collect(),
+    )
+}
+
+/// How many of the file's first `pages` pages are in the page cache.
+fn cached_pages(path: &Path, pages: usize) -> usize {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let len = pages * BS;
+    // SAFETY: a read-only shared mapping of a file we hold open, unmapped
+    // below; only its residency is queried, nothing is read through it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `p` maps `len` bytes and `vec` has one byte per page.
+    let rc = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
+    // SAFETY: unmapping exactly the mapping made above.
+    unsafe { libc::munmap(p, len) };
+    assert_eq!(rc, 0);
+    vec.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+/// In msync mode a sync writes the dirty pages with direct I/O where the
+/// file system allows it: they go from the journal's memory to the disk,
+/// and the page cache (which the kernel would copy into and write back
+/// again) is left out.
+#[test]
+fn an_msync_region_syncs_bypass_the_page_cache() {
+    let (dir, _guard) = region_dir();
+    let path = dir.join("direct");
+    let region = PmemRegion::open_file(&path, REGION).unwrap();
+    if region.mode() != RegionMode::Msync {
+        println!("SKIP: region mode {} (not msync)", region.mode());
+        return;
+    }
+    if !region.writes_direct() {
+        println!("SKIP: the file system refuses O_DIRECT here");
+        return;
+    }
+    const PAGES: usize = 16;
+    for page in 0..PAGES {
+        region.write(page * BS + 8, &(page as u64).to_le_bytes());
+    }
+    region.sync().unwrap();
+    let cached = cached_pages(&path, PAGES);
+    assert_eq!(
+        cached, 0,
+        "{cached} of {PAGES} synced pages in the page cache"
+    );
+    drop(region);
+    let mut word = [0u8; 8];
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(&path).unwrap();
+    for page in 0..PAGES {
+        file.read_exact_at(&mut word, (page * BS + 8) as u64)
+            .unwrap();
+        assert_eq!(u64::from_le_bytes(word), page as u64, "page {page}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
 /// Bytes this process has dirtied in the page cache (`write_bytes` of
 /// `/proc/thread-self/io`: the kernel counts a whole folio when a store dirties it).
 fn page_cache_bytes_dirtied() -> Option<u64> {

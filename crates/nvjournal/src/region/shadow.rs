@@ -1,6 +1,11 @@
 //! The region of a journal file on a disk file system (msync mode): the
 //! bytes live in anonymous memory, each store marks its pages dirty, and a
 //! `sync` writes the dirty pages to the file (`pwrite`) and `fdatasync`s it.
+//! The writes are direct I/O where the file system allows it: the pages go
+//! from our memory to the disk, with no page-cache copy for the kernel to
+//! write back (which cost as much CPU as the file system itself), and the
+//! file's blocks are written zeroes at creation, so `fdatasync` has no
+//! metadata to commit, only the disk's cache to flush.
 //!
 //! A shared mapping of the file would do the same with `msync`, at a cost
 //! the journal pays on every commit: the kernel write-protects each page it
@@ -11,7 +16,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -27,15 +32,33 @@ pub(super) struct Shadow {
     begun: AtomicU64,
     /// Syncs completed; held while one runs, so they run one at a time.
     completed: Mutex<u64>,
+    /// The file opened again with `O_DIRECT` (None where refused).
+    direct: Option<File>,
+    /// Set once a direct write was refused: buffered writes from then on.
+    direct_refused: AtomicBool,
 }
 
 impl Shadow {
-    pub(super) fn new(len: usize) -> Self {
+    pub(super) fn new(len: usize, file: &File) -> Self {
         let pages = len.div_ceil(PAGE);
         Self {
             dirty: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             begun: AtomicU64::new(0),
             completed: Mutex::new(0),
+            direct: open_direct(file),
+            direct_refused: AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn writes_direct(&self) -> bool {
+        self.direct.is_some() && !self.direct_refused.load(Ordering::Relaxed)
+    }
+
+    /// The file to write through: the direct one unless it was refused.
+    fn writer<'a>(&'a self, file: &'a File) -> &'a File {
+        match &self.direct {
+            Some(direct) if !self.direct_refused.load(Ordering::Relaxed) => direct,
+            _ => file,
         }
     }
 
@@ -69,7 +92,19 @@ impl Shadow {
             .iter()
             .map(|w| w.swap(0, Ordering::SeqCst))
             .collect();
-        let result = write_pages(&taken, mem, len, file).and_then(|()| {
+        let mut result = write_pages(&taken, mem, len, self.writer(file));
+        if let Err(RegionError::Io { source, .. }) = &result {
+            if self.direct.is_some()
+                && source.raw_os_error() == Some(libc::EINVAL)
+                && !self.direct_refused.swap(true, Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    "direct writes to the journal file refused ({source}); buffered from now on"
+                );
+                result = write_pages(&taken, mem, len, file);
+            }
+        }
+        let result = result.and_then(|()| {
             file.sync_data().map_err(|source| RegionError::Io {
                 op: "fdatasync",
                 source,
@@ -119,6 +154,18 @@ fn write_pages(bits: &[u64], mem: *const u8, len: usize, file: &File) -> Result<
             })?;
     }
     Ok(())
+}
+
+/// `file` opened again for direct I/O, if its file system allows it
+/// (tmpfs and some others refuse `O_DIRECT`).
+fn open_direct(file: &File) -> Option<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()
 }
 
 /// Fill `mem` (`len` bytes) from `file`. The file's page cache is built of
