@@ -19,6 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use ptsd_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 
 use super::RegionError;
 
@@ -32,8 +33,9 @@ pub(super) struct Shadow {
     begun: AtomicU64,
     /// Syncs completed; held while one runs, so they run one at a time.
     completed: Mutex<u64>,
-    /// The file opened again with `O_DIRECT` (None where refused).
-    direct: Option<File>,
+    /// The file opened again for direct I/O, its writes batched through
+    /// io_uring (None where refused).
+    direct: Option<FileDevice>,
     /// Set once a direct write was refused: buffered writes from then on.
     direct_refused: AtomicBool,
 }
@@ -54,12 +56,11 @@ impl Shadow {
         self.direct.is_some() && !self.direct_refused.load(Ordering::Relaxed)
     }
 
-    /// The file to write through: the direct one unless it was refused.
-    fn writer<'a>(&'a self, file: &'a File) -> &'a File {
-        match &self.direct {
-            Some(direct) if !self.direct_refused.load(Ordering::Relaxed) => direct,
-            _ => file,
-        }
+    /// The direct device to write through, unless refused.
+    fn direct(&self) -> Option<&FileDevice> {
+        self.direct
+            .as_ref()
+            .filter(|_| !self.direct_refused.load(Ordering::Relaxed))
     }
 
     /// Mark `[offset, offset + len)` as stored to (after the store, so a
@@ -92,18 +93,23 @@ impl Shadow {
             .iter()
             .map(|w| w.swap(0, Ordering::SeqCst))
             .collect();
-        let mut result = write_pages(&taken, mem, len, self.writer(file));
-        if let Err(RegionError::Io { source, .. }) = &result {
-            if self.direct.is_some()
-                && source.raw_os_error() == Some(libc::EINVAL)
-                && !self.direct_refused.swap(true, Ordering::Relaxed)
-            {
-                tracing::warn!(
-                    "direct writes to the journal file refused ({source}); buffered from now on"
-                );
-                result = write_pages(&taken, mem, len, file);
+        let runs = dirty_runs(&taken, len);
+        let result = match self.direct() {
+            Some(dev) => {
+                match write_direct(&runs, mem, dev) {
+                    Err(e) => {
+                        // Refused (alignment, a file system that changed its
+                        // mind): buffered from now on, and redo this sync so.
+                        if !self.direct_refused.swap(true, Ordering::Relaxed) {
+                            tracing::warn!("direct writes to the journal file failed ({e}); buffered from now on");
+                        }
+                        write_buffered(&runs, mem, file)
+                    }
+                    Ok(()) => Ok(()),
+                }
             }
-        }
+            None => write_buffered(&runs, mem, file),
+        };
         let result = result.and_then(|()| {
             file.sync_data().map_err(|source| RegionError::Io {
                 op: "fdatasync",
@@ -122,11 +128,12 @@ impl Shadow {
     }
 }
 
-/// Write the pages whose bits are set in `bits`, runs of adjacent pages as
-/// one `pwrite` each.
-fn write_pages(bits: &[u64], mem: *const u8, len: usize, file: &File) -> Result<(), RegionError> {
+/// The byte ranges `[from, to)` of the pages whose bits are set in `bits`,
+/// runs of adjacent pages as one range.
+fn dirty_runs(bits: &[u64], len: usize) -> Vec<(usize, usize)> {
     let pages = len.div_ceil(PAGE);
     let is_dirty = |p: usize| bits[p / 64] & (1 << (p % 64)) != 0;
+    let mut runs = Vec::new();
     let mut page = 0;
     while page < pages {
         if bits[page / 64] == 0 {
@@ -141,13 +148,28 @@ fn write_pages(bits: &[u64], mem: *const u8, len: usize, file: &File) -> Result<
         while page < pages && is_dirty(page) {
             page += 1;
         }
-        let (from, to) = (start * PAGE, (page * PAGE).min(len));
-        // SAFETY: `[from, to)` lies inside the live `len`-byte allocation
-        // `mem` points to. Other threads may store into these bytes while
-        // the kernel copies them (concurrent commits); such a store marks
-        // its page dirty again, so the next sync writes it.
-        let bytes = unsafe { std::slice::from_raw_parts(mem.add(from), to - from) };
-        file.write_all_at(bytes, from as u64)
+        runs.push((start * PAGE, (page * PAGE).min(len)));
+    }
+    runs
+}
+
+/// The bytes of `mem` in `[from, to)`.
+///
+/// SAFETY: the caller guarantees `[from, to)` lies inside the live
+/// allocation `mem` points to. Other threads may store into these bytes
+/// while the kernel copies them (concurrent commits); such a store marks its
+/// page dirty again, so the next sync writes it.
+unsafe fn bytes<'a>(mem: *const u8, from: usize, to: usize) -> &'a [u8] {
+    // SAFETY: see above.
+    unsafe { std::slice::from_raw_parts(mem.add(from), to - from) }
+}
+
+/// Write `runs` of `mem` through the page cache, one `pwrite` each.
+fn write_buffered(runs: &[(usize, usize)], mem: *const u8, file: &File) -> Result<(), RegionError> {
+    for &(from, to) in runs {
+        // SAFETY: the runs lie inside the region's memory (`dirty_runs`).
+        let b = unsafe { bytes(mem, from, to) };
+        file.write_all_at(b, from as u64)
             .map_err(|source| RegionError::Io {
                 op: "write",
                 source,
@@ -156,16 +178,31 @@ fn write_pages(bits: &[u64], mem: *const u8, len: usize, file: &File) -> Result<
     Ok(())
 }
 
-/// `file` opened again for direct I/O, if its file system allows it
-/// (tmpfs and some others refuse `O_DIRECT`).
-fn open_direct(file: &File) -> Option<File> {
+/// Write `runs` of `mem` with direct I/O, all submitted at once (io_uring),
+/// so the disk sees them together rather than one round trip each.
+fn write_direct(
+    runs: &[(usize, usize)],
+    mem: *const u8,
+    dev: &FileDevice,
+) -> Result<(), ptsd_blockdev::BlockError> {
+    let writes: Vec<(u64, &[u8])> = runs
+        .iter()
+        // SAFETY: the runs lie inside the region's memory (`dirty_runs`).
+        .map(|&(from, to)| ((from / PAGE) as u64, unsafe { bytes(mem, from, to) }))
+        .collect();
+    dev.write_batch(&writes)
+}
+
+/// `file` opened again for direct I/O in 4 KiB blocks, if its file system
+/// allows it (tmpfs and some others refuse `O_DIRECT`).
+fn open_direct(file: &File) -> Option<FileDevice> {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
+    let dev = FileDeviceOptions::new()
+        .block_size(PAGE as u32)
+        .direct(true)
         .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .ok()
+        .ok()?;
+    dev.is_direct().then_some(dev)
 }
 
 /// Fill `mem` (`len` bytes) from `file`. The file's page cache is built of
