@@ -1,9 +1,9 @@
 //! The region of a journal file on a disk file system (msync mode): the
 //! bytes live in anonymous memory, each store marks its pages dirty, and a
 //! `sync` writes the dirty pages to the file (`pwrite`) and `fdatasync`s it.
-//! The writes are direct I/O where the file system allows it: the pages go
-//! from our memory to the disk, with no page-cache copy for the kernel to
-//! write back (which cost as much CPU as the file system itself), and the
+//! The writes are direct I/O where the file system allows it, submitted
+//! together through io_uring: the pages go from our memory to the disk with
+//! no page-cache copy for the kernel's writeback to handle again, and the
 //! file's blocks are written zeroes at creation, so `fdatasync` has no
 //! metadata to commit, only the disk's cache to flush.
 //!
