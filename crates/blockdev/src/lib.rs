@@ -93,6 +93,14 @@ pub trait BlockDevice: Send + Sync {
         Ok(())
     }
 
+    /// [`write_batch`](Self::write_batch) with owned buffers: a device that
+    /// keeps what it is given (an emulated SSD's write buffer) takes them
+    /// without a copy. The default lends them to `write_batch`.
+    fn write_batch_owned(&self, writes: Vec<(u64, Vec<u8>)>) -> Result<(), BlockError> {
+        let lent: Vec<(u64, &[u8])> = writes.iter().map(|(b, d)| (*b, d.as_slice())).collect();
+        self.write_batch(&lent)
+    }
+
     /// Read several independent extents; see [`write_batch`](Self::write_batch).
     fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<(), BlockError> {
         for (block, buf) in reads.iter_mut() {
@@ -133,6 +141,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn write_batch(&self, writes: &[(u64, &[u8])]) -> Result<(), BlockError> {
         (**self).write_batch(writes)
+    }
+    fn write_batch_owned(&self, writes: Vec<(u64, Vec<u8>)>) -> Result<(), BlockError> {
+        (**self).write_batch_owned(writes)
     }
     fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<(), BlockError> {
         (**self).read_batch(reads)

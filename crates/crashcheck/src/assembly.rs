@@ -157,7 +157,7 @@ impl StoreTxn for ITxn<'_> {
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
         self.inner.write(blk, data)
     }
-    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
         self.inner.write_ordered(blk, data)
     }
     fn finish(self: Box<Self>) -> Result<(), StoreError> {

@@ -59,3 +59,30 @@ fn a_bad_extent_fails_the_batch_before_anything_is_written() {
     dev.read(3, &mut got).unwrap();
     assert_eq!(got, vec![0u8; ps], "block 3 was written by a failed batch");
 }
+
+/// The owned form: extents within the engine's request limit go in as
+/// they are, longer ones in pieces; all land, a bad one fails the batch.
+#[test]
+fn an_owned_batch_lands_whole_including_extents_longer_than_a_request() {
+    let dev = device();
+    let ps = dev.block_size() as usize;
+    // 1500 pages: longer than one engine request (1024 pages).
+    let long = pattern(100, 1500, ps);
+    let short = pattern(2000, 3, ps);
+    dev.write_batch_owned(vec![(100, long.clone()), (2000, short.clone())])
+        .unwrap();
+    let mut got = vec![0u8; long.len()];
+    dev.read(100, &mut got).unwrap();
+    assert!(got == long, "the long extent reads back other data");
+    let mut got = vec![0u8; short.len()];
+    dev.read(2000, &mut got).unwrap();
+    assert_eq!(got, short);
+    let past_end = dev.num_blocks();
+    let err = dev
+        .write_batch_owned(vec![(5, vec![0xCD; ps]), (past_end, vec![0xCD; ps])])
+        .unwrap_err();
+    assert!(matches!(err, BlockError::OutOfRange { .. }), "{err:?}");
+    let mut one = vec![0xFF; ps];
+    dev.read(5, &mut one).unwrap();
+    assert_eq!(one, vec![0u8; ps], "block 5 was written by a failed batch");
+}

@@ -236,8 +236,8 @@ impl StoreTxn for CTxn<'_> {
     /// Ordered data goes home before the transaction finishes; its crcs
     /// are in the transaction like any other (the block is new, so until
     /// the transaction is durable nothing reads it).
-    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
-        self.record(blk, data)?;
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+        self.record(blk, &data)?;
         self.inner.write_ordered(blk, data)
     }
 

@@ -377,21 +377,22 @@ impl FileSystem {
 
     /// Write one operation's blocks as one transaction.
     fn commit(&self, w: Writes, ctx: Option<AllocCtx<'_>>) -> Result<(), Errno> {
-        self.commit_ordered(w, Writes::new(), ctx)
+        self.commit_ordered(w, Vec::new(), ctx)
     }
 
-    /// [`commit`](Self::commit) with file data blocks newly allocated by
-    /// this transaction (`ordered`), which the store may write home first.
+    /// [`commit`](Self::commit) with runs of file data blocks newly
+    /// allocated by this transaction (`ordered`: first block, the run's
+    /// bytes), which the store may write home first.
     fn commit_ordered(
         &self,
         w: Writes,
-        ordered: Writes,
+        ordered: Vec<(u64, Vec<u8>)>,
         ctx: Option<AllocCtx<'_>>,
     ) -> Result<(), Errno> {
         let res = (|| {
             let mut tx = self.store.begin();
-            for (blk, data) in &ordered {
-                tx.write_ordered(*blk, data)?;
+            for (blk, data) in ordered {
+                tx.write_ordered(blk, data)?;
             }
             for (blk, data) in &w {
                 tx.write(*blk, data)?;

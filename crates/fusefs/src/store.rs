@@ -61,17 +61,22 @@ pub trait Store: Send + Sync {
 pub trait StoreTxn {
     /// Add a full block to the transaction.
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError>;
-    /// Add a full block of file data that no finished transaction refers
-    /// to yet (a block this transaction allocates): a store may write it
-    /// straight to its home location instead of journaling it (ordered
-    /// mode, as ext4's `data=ordered`), provided it is durable before
-    /// anything of this transaction can be — a crash then shows either the
-    /// old metadata (the block unreferenced) or the new metadata and the
-    /// data. The default journals it like [`write`](Self::write), which is
-    /// always correct (a wrapping store that does not forward this keeps
-    /// full data journaling).
-    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
-        self.write(blk, data)
+    /// Add a run of full blocks of file data, from `blk` on, that no
+    /// finished transaction refers to yet (blocks this transaction
+    /// allocates): a store may write them straight to their home location
+    /// instead of journaling them (ordered mode, as ext4's `data=ordered`),
+    /// provided they are durable before anything of this transaction can
+    /// be — a crash then shows either the old metadata (the blocks
+    /// unreferenced) or the new metadata and the data. Owned, so that the
+    /// bytes reach the device without another copy. The default journals
+    /// each block like [`write`](Self::write), which is always correct (a
+    /// wrapping store that does not forward this keeps full data
+    /// journaling).
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+        for (i, block) in data.chunks(BLOCK_SIZE).enumerate() {
+            self.write(blk + i as u64, block)?;
+        }
+        Ok(())
     }
     /// Make the transaction visible (and part of the next sync) as a whole.
     fn finish(self: Box<Self>) -> Result<(), StoreError>;
@@ -186,16 +191,26 @@ impl StoreTxn for JournalTxn<'_> {
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
         Ok(self.tx.write(blk, data)?)
     }
-    fn write_ordered(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
-        // A version still in the journal would be checkpointed (or
-        // replayed after a crash) over the device write: journal this one
-        // too, so it is the newest. Nobody else writes the block meanwhile
-        // (it is this transaction's), so the answer cannot go stale.
-        if self.journal.holds(blk) {
-            return self.write(blk, data);
-        }
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
         ptsd_blockdev::check_request(self.dev, blk, data.len())?;
-        self.ordered.push((blk, data.to_vec()));
+        // A version still in the journal would be checkpointed (or
+        // replayed after a crash) over the device write: journal such a
+        // block too, so it is the newest. Nobody else writes these blocks
+        // meanwhile (they are this transaction's), so the answer cannot go
+        // stale.
+        let n = (data.len() / BLOCK_SIZE) as u64;
+        if !(blk..blk + n).any(|b| self.journal.holds(b)) {
+            self.ordered.push((blk, data));
+            return Ok(());
+        }
+        for (i, block) in data.chunks(BLOCK_SIZE).enumerate() {
+            let b = blk + i as u64;
+            if self.journal.holds(b) {
+                self.write(b, block)?;
+            } else {
+                self.ordered.push((b, block.to_vec()));
+            }
+        }
         Ok(())
     }
     fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
@@ -207,8 +222,9 @@ impl StoreTxn for JournalTxn<'_> {
             // every ordered write before a commit, as ext4's data=ordered
             // waits for the data once per commit.
             self.ordered.sort_unstable_by_key(|b| b.0);
-            // Contiguous blocks as one request each (a 1 MiB FUSE write is
-            // one device write, not 256).
+            // Contiguous runs as one request each (a 1 MiB FUSE write is
+            // one device write, not 256; the file system hands over whole
+            // runs, so this rarely joins any).
             let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
             for (blk, data) in std::mem::take(&mut self.ordered) {
                 match runs.last_mut() {
@@ -218,8 +234,7 @@ impl StoreTxn for JournalTxn<'_> {
                     _ => runs.push((blk, data)),
                 }
             }
-            let batch: Vec<(u64, &[u8])> = runs.iter().map(|(b, d)| (*b, d.as_slice())).collect();
-            self.journal.write_ordered(&batch)?;
+            self.journal.write_ordered(runs)?;
         }
         self.tx.finish()?;
         Ok(())

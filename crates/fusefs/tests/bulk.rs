@@ -228,3 +228,46 @@ fn ordered_data_never_lands_in_a_block_whose_free_is_not_durable() {
         fs.close().unwrap();
     }
 }
+
+/// An ordered run one of whose blocks still has a version in the journal
+/// (freed and reallocated before its checkpoint): that block is journaled,
+/// so it stays the newest version, and the others go home; all read back
+/// new, before and after a checkpoint.
+#[test]
+fn an_ordered_run_journals_the_blocks_the_journal_still_holds() {
+    const BS: usize = 4096;
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(BS as u32, 256).unwrap());
+    let journal = Journal::create(CrashRegion::new(8 << 20), dev.clone(), cfg()).unwrap();
+    let store = JournalStore::new(journal.clone(), dev.clone(), "test".into());
+    let mut tx = store.begin();
+    tx.write(42, &[0x11; BS]).unwrap();
+    tx.finish().unwrap();
+    assert!(journal.holds(42));
+    let run: Vec<u8> = (0..4u8).flat_map(|i| vec![0xA0 | i; BS]).collect();
+    let staged = journal.stats().staged_blocks;
+    let mut tx = store.begin();
+    tx.write_ordered(40, run.clone()).unwrap();
+    tx.finish().unwrap();
+    assert_eq!(
+        journal.stats().staged_blocks - staged,
+        1,
+        "only the held block is journaled"
+    );
+    let check = |when: &str| {
+        for i in 0..4u64 {
+            let mut got = vec![0u8; BS];
+            store.read(40 + i, &mut got).unwrap();
+            assert_eq!(got, vec![0xA0 | i as u8; BS], "block {} {when}", 40 + i);
+        }
+    };
+    check("before the checkpoint");
+    journal.checkpoint().unwrap();
+    check("after the checkpoint");
+    let mut home = vec![0u8; BS];
+    dev.read(42, &mut home).unwrap();
+    assert_eq!(
+        home,
+        vec![0xA2; BS],
+        "the checkpoint left an old version home"
+    );
+}

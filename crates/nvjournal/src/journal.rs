@@ -415,9 +415,9 @@ impl Journal {
     /// are. The caller must own the blocks (no finished transaction may
     /// refer to them, and [`holds`](Self::holds) must say no: a journaled
     /// version would be checkpointed over them).
-    pub fn write_ordered(&self, writes: &[(u64, &[u8])]) -> Result<()> {
+    pub fn write_ordered(&self, writes: Vec<(u64, Vec<u8>)>) -> Result<()> {
         self.inner.check_running()?;
-        self.inner.device.write_batch(writes)?;
+        self.inner.device.write_batch_owned(writes)?;
         self.inner
             .committing
             .ordered_gen

@@ -25,13 +25,13 @@ fn ordered_data_is_durable_with_the_commit_that_covers_its_metadata() {
         let region = CrashRegion::new(1 << 20);
         let j = Journal::create(region.clone(), ddev.clone(), cfg()).unwrap();
         let data: Vec<Vec<u8>> = (0..4u8).map(|i| vec![0xd0 | i; BS]).collect();
-        let batch: Vec<(u64, &[u8])> = data
+        let batch: Vec<(u64, Vec<u8>)> = data
             .iter()
             .enumerate()
-            .map(|(i, d)| (40 + i as u64, d.as_slice()))
+            .map(|(i, d)| (40 + i as u64, d.clone()))
             .collect();
         assert!(!j.holds(40));
-        j.write_ordered(&batch).unwrap();
+        j.write_ordered(batch).unwrap();
         // The "metadata" naming the data blocks, in a transaction finished
         // after the data write, then committed.
         let mut tx = j.begin();

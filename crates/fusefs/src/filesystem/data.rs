@@ -137,7 +137,8 @@ impl FileSystem {
             .count() as u64;
         let min = self.ordered_min_blocks.load(Ordering::Relaxed);
         let use_ordered = min > 0 && whole_new >= min && shrink.is_empty();
-        let mut ordered = Writes::new();
+        // Runs of adjacent blocks (first block, bytes), built as allocated.
+        let mut ordered: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut buf = vec![0u8; BLOCK_SIZE];
         for lblk in first..=last {
             let bstart = lblk * BS;
@@ -164,12 +165,23 @@ impl FileSystem {
             let whole = lo == bstart && hi == bstart + BS;
             if whole {
                 let o = (lo - offset) as usize;
-                let into = if use_ordered && mapping.is_none() {
-                    &mut ordered
-                } else {
-                    &mut w
-                };
-                into.insert(pblk, data[o..o + BLOCK_SIZE].to_vec());
+                let block = &data[o..o + BLOCK_SIZE];
+                if !(use_ordered && mapping.is_none()) {
+                    w.insert(pblk, block.to_vec());
+                    continue;
+                }
+                match ordered.last_mut() {
+                    Some((start, run)) if *start + (run.len() / BLOCK_SIZE) as u64 == pblk => {
+                        run.extend_from_slice(block)
+                    }
+                    _ => {
+                        // Room for the rest of the write (runs are usually
+                        // the whole of it), within reason.
+                        let mut run = Vec::with_capacity((end - lo).min(4 << 20) as usize);
+                        run.extend_from_slice(block);
+                        ordered.push((pblk, run));
+                    }
+                }
                 continue;
             }
             if matches!(mapping, Some((_, false, _))) && bstart < g.d.size {
