@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use ptsd_blockdev::le::{get_u64, put_u64};
+
 use crate::format::{
     dirent_size, put_dirent, seal_dir_block, RawDirent, BLOCK_SIZE, DIR_HEADER, NAME_MAX,
 };
@@ -180,21 +182,29 @@ impl DirIndex {
         e.ino = ino;
         e.kind = kind;
         let e = *e;
-        self.rebuild(e.blk);
+        let (o, _) = self
+            .locate(e.blk, e.pos)
+            .expect("an indexed entry is in its block's image");
+        let b = &mut self.blocks[e.blk as usize];
+        put_u64(&mut b.image, o + 8, ino);
+        b.image[o + 16] = kind;
         Some(e)
     }
 
-    /// Re-encode the image of block `blk` from its entries.
-    fn rebuild(&mut self, blk: u32) {
-        let b = &mut self.blocks[blk as usize];
+    /// Byte offset and size of the entry at position `pos` in block
+    /// `blk`'s image (entries are self-describing: a walk of lengths, no
+    /// name lookups).
+    fn locate(&self, blk: u32, pos: u64) -> Option<(usize, usize)> {
+        let b = &self.blocks[blk as usize];
         let mut o = DIR_HEADER;
-        for p in &b.positions {
-            let name = &self.by_pos[p];
-            let e = &self.by_name[name];
-            o = put_dirent(&mut b.image, o, e.pos, e.ino, e.kind, name);
+        while o < b.used {
+            let size = dirent_size(b.image[o + 17] as usize);
+            if get_u64(&b.image, o) == pos {
+                return Some((o, size));
+            }
+            o += size;
         }
-        b.image[o..].fill(0);
-        b.used = o;
+        None
     }
 
     /// Remove an entry.
@@ -205,8 +215,14 @@ impl DirIndex {
         if let Some(i) = b.positions.iter().position(|&p| p == e.pos) {
             b.positions.remove(i);
         }
-        self.rebuild(e.blk);
+        // Close the gap: the entries after it move down, the tail is zero.
+        let (o, size) = self
+            .locate(e.blk, e.pos)
+            .expect("an indexed entry is in its block's image");
         let b = &mut self.blocks[e.blk as usize];
+        b.image.copy_within(o + size..b.used, o);
+        b.used -= size;
+        b.image[b.used..].fill(0);
         if BLOCK_SIZE - b.used >= ROOMY && !b.roomy {
             b.roomy = true;
             self.roomy.push(e.blk);
@@ -271,5 +287,61 @@ mod tests {
         assert!(r.get(b"entry-00002").is_none());
         let order: Vec<u64> = r.iter_from(0).map(|(_, e)| e.pos).collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// Removes and retargets edit a block's image in place: after any mix
+    /// of operations every block decodes to exactly the entries the index
+    /// holds for it (names, inodes, kinds, positions, in position order).
+    #[test]
+    fn in_place_edits_keep_every_block_image_exact() {
+        let mut d = DirIndex::new();
+        let mut model: BTreeMap<Vec<u8>, (u64, u8)> = BTreeMap::new();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for step in 0..4000u64 {
+            let name = format!("{}-{}", "n".repeat(1 + next(40) as usize), next(300)).into_bytes();
+            match next(3) {
+                0 if !model.contains_key(&name) => {
+                    let blk = match d.find_slot(name.len()) {
+                        Some(b) => b,
+                        None => d.push_block(),
+                    };
+                    d.add(&name, step, 1, blk);
+                    model.insert(name, (step, 1));
+                }
+                1 => assert_eq!(d.remove(&name).is_some(), model.remove(&name).is_some()),
+                _ => {
+                    let kind = 2 + next(5) as u8;
+                    let had = d.retarget(&name, step + 1_000_000, kind).is_some();
+                    if let Some(v) = model.get_mut(&name) {
+                        *v = (step + 1_000_000, kind);
+                    }
+                    assert_eq!(had, model.contains_key(&name));
+                }
+            }
+        }
+        let mut seen = 0;
+        for b in 0..d.num_blocks() as u32 {
+            let entries = decode_dir_block(&d.encode_block(7, b), 1, 7).unwrap();
+            let mut last = 0;
+            for e in &entries {
+                let got = d.get(&e.name).expect("a decoded entry is indexed");
+                assert_eq!(
+                    (got.ino, got.kind, got.pos, got.blk),
+                    (e.ino, e.kind, e.pos, b)
+                );
+                assert_eq!(model[&e.name], (e.ino, e.kind));
+                assert!(e.pos > last, "block {b} out of position order");
+                last = e.pos;
+            }
+            seen += entries.len();
+        }
+        assert_eq!(seen, model.len());
+        assert_eq!(d.len(), model.len());
     }
 }
