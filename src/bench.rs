@@ -42,7 +42,7 @@ enum BenchCommand {
 
 #[derive(Args)]
 struct NoopMountArgs {
-    /// FUSE worker threads (default: ptsd-fs's, 2 per CPU).
+    /// FUSE worker threads (default: ptsd-fs's, 1 per CPU, at least 2).
     #[arg(long)]
     threads: Option<usize>,
     /// Ask for the kernel's writeback cache (ptsd-fs does not).

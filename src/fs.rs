@@ -80,7 +80,7 @@ pub struct MountArgs {
     /// Let other users access the mount.
     #[arg(long)]
     pub allow_other: bool,
-    /// FUSE worker threads (default: 2 per CPU).
+    /// FUSE worker threads (default: 1 per CPU, at least 2).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Stay in the foreground instead of detaching.

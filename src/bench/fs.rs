@@ -135,7 +135,7 @@ pub struct FsArgs {
     /// Seed of the workloads' choices and contents.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// FUSE threads of the no-op fs (default: ptsd-fs's, 2 per CPU).
+    /// FUSE threads of the no-op fs (default: ptsd-fs's, 1 per CPU, at least 2).
     #[arg(long)]
     noop_threads: Option<usize>,
     /// Kernel writeback cache on the no-op fs (ptsd-fs does not ask for it).

@@ -51,7 +51,7 @@ const SHARDS: usize = 64;
 #[derive(Clone, Debug)]
 pub struct NoopOptions {
     /// FUSE worker threads (fuser's `n_threads`, each with a cloned fd).
-    /// Default: ptsd-fs's default (2 per CPU, 2..16).
+    /// Default: ptsd-fs's default (1 per CPU, 2..16).
     pub threads: usize,
     /// Ask for the kernel's writeback cache (ptsd-fs does not; off by
     /// default).
