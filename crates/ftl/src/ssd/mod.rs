@@ -230,6 +230,7 @@ impl Ssd {
                 cap,
                 page,
                 inflight: std::collections::VecDeque::with_capacity(4 * cap),
+                host_inflight: 0,
             },
             store,
             has_data,

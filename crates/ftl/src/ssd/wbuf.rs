@@ -32,6 +32,9 @@ pub(super) struct WriteBuffer {
     /// is one index (it is asked at every dispatch decision); programs end
     /// mostly in the order placed, so inserts land near the back.
     pub(super) inflight: VecDeque<u64>,
+    /// How many of `inflight` are host data pages (not mapping pages), so
+    /// that `held_at` need not count them.
+    pub(super) host_inflight: usize,
 }
 
 impl WriteBuffer {
@@ -51,15 +54,24 @@ impl WriteBuffer {
     /// A flushed page (or mapping write-back) whose program ends at `end`.
     pub(super) fn push_inflight(&mut self, end: u64, mapping: bool) {
         let k = (end << 1) | u64::from(mapping);
-        let at = match self.inflight.back() {
-            Some(&b) if b > k => self.inflight.partition_point(|&x| x <= k),
-            _ => self.inflight.len(),
-        };
+        self.host_inflight += usize::from(!mapping);
+        let n = self.inflight.len();
+        // After the entries `<= k`: look a few back first (most land near
+        // the back), else search.
+        let mut at = n;
+        while at > 0 && n - at < 8 && self.inflight[at - 1] > k {
+            at -= 1;
+        }
+        if at > 0 && n - at == 8 && self.inflight[at - 1] > k {
+            at = self.inflight.partition_point(|&x| x <= k);
+        }
         self.inflight.insert(at, k);
     }
     /// The earliest program end among the slots taken, removing it.
     pub(super) fn pop_inflight(&mut self) -> Option<u64> {
-        self.inflight.pop_front().map(|k| k >> 1)
+        let k = self.inflight.pop_front()?;
+        self.host_inflight -= usize::from(k & 1 == 0);
+        Some(k >> 1)
     }
     /// Forget the flushed pages whose programs ended by `t`.
     pub(super) fn release(&mut self, t: u64) {
@@ -68,13 +80,21 @@ impl WriteBuffer {
                 break;
             }
             self.inflight.pop_front();
+            self.host_inflight -= usize::from(k & 1 == 0);
         }
     }
     /// Host data pages held at `t`: filling plus flushed and not yet
     /// programmed.
     pub(super) fn held_at(&self, t: u64) -> usize {
-        let from = self.inflight.partition_point(|&k| k >> 1 <= t);
-        self.len() + self.inflight.range(from..).filter(|&&k| k & 1 == 0).count()
+        // The host pages that ended by `t` are a prefix, short where it is
+        // asked often (just after `release`).
+        let ended = self
+            .inflight
+            .iter()
+            .take_while(|&&k| k >> 1 <= t)
+            .filter(|&&k| k & 1 == 0)
+            .count();
+        self.len() + self.host_inflight - ended
     }
     /// The earliest time at which `pages` more pages fit (a flush of the
     /// filling half moves its pages to `inflight`: the total is the same).
