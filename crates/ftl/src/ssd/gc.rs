@@ -422,7 +422,16 @@ impl Ssd {
         self.flash.fill(dst, owner, at);
         if pool == POOL_DATA {
             self.stats.gc_data_copies += 1;
-            let e = self.l2p[owner as usize];
+            // Only an LPN of the filling buffer half can have its entry
+            // marked `IN_BUFFER`: look there (a few dozen LPNs, in cache)
+            // before reading the entry, so that the common case is a store
+            // to the L2P, which does not stall on its cache miss as a load
+            // would.
+            let e = if self.buf.lpn.contains(&owner) {
+                self.l2p[owner as usize]
+            } else {
+                UNMAPPED
+            };
             if e != UNMAPPED && e & IN_BUFFER != 0 {
                 self.buf.prev[(e & !IN_BUFFER) as usize] = dst;
             } else {
