@@ -36,9 +36,6 @@ pub(super) struct GcJob {
     cursor: u64,
     /// LPNs moved so far (their mapping is updated at the end).
     moved: Vec<u32>,
-    /// The next step cannot start before this (the chip has no earlier
-    /// gap for it): pumps for earlier host operations skip the job.
-    not_before: u64,
 }
 
 /// A mapping-page write-back of GC waiting for idle time.
@@ -151,8 +148,9 @@ impl Ssd {
             next: 0,
             cursor: t,
             moved,
-            not_before: 0,
         });
+        // No step starts before the cursor.
+        self.gc_not_before[c] = t;
         self.gc_active.push(chip);
     }
 
@@ -163,6 +161,10 @@ impl Ssd {
         let mut i = 0;
         while i < self.gc_active.len() {
             let chip = self.gc_active[i];
+            if t <= self.gc_not_before[chip as usize] {
+                i += 1;
+                continue;
+            }
             loop {
                 match self.gc_step(chip, Some(t)) {
                     Ok(true) if self.gc_jobs[chip as usize].is_some() => {}
@@ -300,7 +302,7 @@ impl Ssd {
         let Some(job) = self.gc_jobs[c].as_ref() else {
             return Ok(false);
         };
-        if before.is_some_and(|b| b <= job.not_before) {
+        if before.is_some_and(|b| b <= self.gc_not_before[c]) {
             return Ok(false);
         }
         let (victim, cursor) = (job.victim, job.cursor);
@@ -316,8 +318,8 @@ impl Ssd {
                 Err(start) => {
                     if let Some(job) = self.gc_jobs[c].as_mut() {
                         job.next = off;
-                        job.not_before = start;
                     }
+                    self.gc_not_before[c] = start;
                     return Ok(false);
                 }
             };
@@ -329,6 +331,8 @@ impl Ssd {
                 job.next = off + 1;
                 job.cursor = end;
             }
+            // The next step starts at `end` or later.
+            self.gc_not_before[c] = end;
             return Ok(true);
         }
         let erased = match self.tl.gc_step_or_start(chip, cursor, true, before) {
@@ -336,8 +340,8 @@ impl Ssd {
             Err(start) => {
                 if let Some(job) = self.gc_jobs[c].as_mut() {
                     job.next = off;
-                    job.not_before = start;
                 }
+                self.gc_not_before[c] = start;
                 return Ok(false);
             }
         };

@@ -135,6 +135,12 @@ pub struct Ssd {
     /// Each chip's GC job under way, and the chips that have one.
     gc_jobs: Vec<Option<gc::GcJob>>,
     gc_active: Vec<u32>,
+    /// Per chip: its job's next step cannot start before this (a lower
+    /// bound: the last step's end, or the start a failed search found; it
+    /// only moves later), so the pump before each host operation skips
+    /// jobs that cannot step without touching them. Apart from the jobs
+    /// (one dense array) because the pump reads it for every active chip.
+    gc_not_before: Vec<u64>,
     /// GC's mapping write-backs waiting for idle time, oldest first.
     gc_map_work: VecDeque<gc::MapWork>,
     /// When the last buffer flush's data programs end (tests).
@@ -252,6 +258,7 @@ impl Ssd {
             gc_depth: 0,
             gc_jobs: vec![None; g.chips as usize],
             gc_active: Vec::with_capacity(g.chips as usize),
+            gc_not_before: vec![0; g.chips as usize],
             gc_map_work: VecDeque::new(),
             last_flush_end: 0,
             chip_write_busy: vec![(0, 0); g.chips as usize],
@@ -316,6 +323,7 @@ impl Ssd {
             gc_depth: self.gc_depth,
             gc_jobs: self.gc_jobs.clone(),
             gc_active: self.gc_active.clone(),
+            gc_not_before: self.gc_not_before.clone(),
             gc_map_work: self.gc_map_work.clone(),
             last_flush_end: self.last_flush_end,
             chip_write_busy: self.chip_write_busy.clone(),
