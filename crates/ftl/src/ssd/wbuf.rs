@@ -7,8 +7,6 @@
 //! that finds no room waits for the earliest program to end (back-pressure,
 //! for every scheduler).
 
-use std::collections::VecDeque;
-
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
 use crate::error::FtlError;
@@ -25,16 +23,80 @@ pub(super) struct WriteBuffer {
     /// Pages of the filling half (a flush programs this many).
     pub(super) cap: usize,
     pub(super) page: usize,
-    /// When each flushed page's program ends (its slot frees then), as
-    /// `(end << 1) | is_mapping_page`, ascending: mapping write-backs take
-    /// slots too (they hold back writes) but are not host data (the bound
-    /// is on host data). Sorted, so the scheduler's "when is there room"
-    /// is one index (it is asked at every dispatch decision); programs end
-    /// mostly in the order placed, so inserts land near the back.
-    pub(super) inflight: VecDeque<u64>,
-    /// How many of `inflight` are host data pages (not mapping pages), so
-    /// that `held_at` need not count them.
-    pub(super) host_inflight: usize,
+    pub(super) inflight: InFlight,
+}
+
+/// When each flushed page's program ends (its slot frees then), as
+/// `(end << 1) | is_mapping_page`, ascending: mapping write-backs take
+/// slots too (they hold back writes) but are not host data (the bound is on
+/// host data). Sorted, so the scheduler's "when is there room" is one index
+/// (it is asked at every dispatch decision); programs end mostly in the
+/// order placed, so inserts land near the back. A plain vector whose
+/// front is `head`: popping the front is a step, and an insert moves only
+/// the few later entries (a ring buffer's insert and indexing cost more).
+#[derive(Clone, Default)]
+pub(super) struct InFlight {
+    keys: Vec<u64>,
+    head: usize,
+    /// How many of the keys are host data pages, so that `held_at` need
+    /// not count them.
+    host: usize,
+}
+
+impl InFlight {
+    pub(super) fn with_capacity(n: usize) -> Self {
+        InFlight {
+            keys: Vec::with_capacity(n),
+            head: 0,
+            host: 0,
+        }
+    }
+    #[inline]
+    fn live(&self) -> &[u64] {
+        &self.keys[self.head..]
+    }
+    #[inline]
+    fn push(&mut self, k: u64) {
+        self.host += usize::from(k & 1 == 0);
+        let n = self.keys.len();
+        // After the entries `<= k`: most land a few from the back (a
+        // binary search over the whole list is a longer chain of dependent
+        // loads), some far (mapping write-backs queue up far ahead).
+        let mut at = n;
+        while at > self.head && n - at < 16 && self.keys[at - 1] > k {
+            at -= 1;
+        }
+        if at > self.head && self.keys[at - 1] > k {
+            at = self.head + self.keys[self.head..at].partition_point(|&x| x <= k);
+        }
+        if self.head > 0 && self.head == n {
+            // Empty: start over at the front.
+            self.keys.clear();
+            self.head = 0;
+            at = 0;
+        } else if self.head >= 64 && 2 * self.head >= n {
+            // Drop the popped prefix now and then.
+            self.keys.drain(..self.head);
+            at -= self.head;
+            self.head = 0;
+        }
+        self.keys.insert(at, k);
+    }
+    #[inline]
+    fn front(&self) -> Option<u64> {
+        self.keys.get(self.head).copied()
+    }
+    #[inline]
+    fn pop_front(&mut self) -> Option<u64> {
+        let k = self.front()?;
+        self.head += 1;
+        self.host -= usize::from(k & 1 == 0);
+        Some(k)
+    }
+    #[inline]
+    fn back(&self) -> Option<u64> {
+        self.live().last().copied()
+    }
 }
 
 impl WriteBuffer {
@@ -53,34 +115,19 @@ impl WriteBuffer {
     }
     /// A flushed page (or mapping write-back) whose program ends at `end`.
     pub(super) fn push_inflight(&mut self, end: u64, mapping: bool) {
-        let k = (end << 1) | u64::from(mapping);
-        self.host_inflight += usize::from(!mapping);
-        let n = self.inflight.len();
-        // After the entries `<= k`: look a few back first (most land near
-        // the back), else search.
-        let mut at = n;
-        while at > 0 && n - at < 8 && self.inflight[at - 1] > k {
-            at -= 1;
-        }
-        if at > 0 && n - at == 8 && self.inflight[at - 1] > k {
-            at = self.inflight.partition_point(|&x| x <= k);
-        }
-        self.inflight.insert(at, k);
+        self.inflight.push((end << 1) | u64::from(mapping));
     }
     /// The earliest program end among the slots taken, removing it.
     pub(super) fn pop_inflight(&mut self) -> Option<u64> {
-        let k = self.inflight.pop_front()?;
-        self.host_inflight -= usize::from(k & 1 == 0);
-        Some(k >> 1)
+        self.inflight.pop_front().map(|k| k >> 1)
     }
     /// Forget the flushed pages whose programs ended by `t`.
     pub(super) fn release(&mut self, t: u64) {
-        while let Some(&k) = self.inflight.front() {
+        while let Some(k) = self.inflight.front() {
             if k >> 1 > t {
                 break;
             }
             self.inflight.pop_front();
-            self.host_inflight -= usize::from(k & 1 == 0);
         }
     }
     /// Host data pages held at `t`: filling plus flushed and not yet
@@ -90,25 +137,23 @@ impl WriteBuffer {
         // asked often (just after `release`).
         let ended = self
             .inflight
+            .live()
             .iter()
             .take_while(|&&k| k >> 1 <= t)
             .filter(|&&k| k & 1 == 0)
             .count();
-        self.len() + self.host_inflight - ended
+        self.len() + self.inflight.host - ended
     }
     /// The earliest time at which `pages` more pages fit (a flush of the
     /// filling half moves its pages to `inflight`: the total is the same).
     /// Large writes that can never fit at once get the time every flushed
     /// page is programmed; they then wait page by page.
     pub(super) fn room_at(&self, pages: usize) -> u64 {
-        let over = (self.inflight.len() + self.len() + pages).saturating_sub(self.bound());
+        let live = self.inflight.live();
+        let over = (live.len() + self.len() + pages).saturating_sub(self.bound());
         match over {
             0 => 0,
-            _ => self
-                .inflight
-                .get(over - 1)
-                .or(self.inflight.back())
-                .map_or(0, |k| k >> 1),
+            _ => live.get(over - 1).or(live.last()).map_or(0, |k| k >> 1),
         }
     }
     /// When every flushed page is programmed.
