@@ -72,7 +72,10 @@ fn main() {
     let variant: Variant = args.get(1).map_or(Variant::Dftl, |s| s.parse().unwrap());
     let reps: usize = args.get(2).map_or(10, |s| s.parse().unwrap());
     let only = args.get(3).cloned();
-    let mut ssd = Ssd::new(FtlConfig::paper(variant, 16 << 30)).unwrap();
+    // Logical GiB (default 16, as in the bench): `GIB=1` shows what is
+    // left when the arrays fit in cache.
+    let gib: u64 = std::env::var("GIB").map_or(16, |s| s.parse().unwrap());
+    let mut ssd = Ssd::new(FtlConfig::paper(variant, gib << 30)).unwrap();
     let mut rng = SmallRng::seed_from_u64(1);
     let pages = ssd.logical_pages();
     run(&mut ssd, &mut rng, pages, 0, true);

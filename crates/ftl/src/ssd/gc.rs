@@ -165,7 +165,9 @@ impl Ssd {
                 i += 1;
                 continue;
             }
-            loop {
+            // (The job's bound is checked here as well: after a step, the
+            // next call would mostly return at once.)
+            while t > self.gc_not_before[chip as usize] {
                 match self.gc_step(chip, Some(t)) {
                     Ok(true) if self.gc_jobs[chip as usize].is_some() => {}
                     Ok(_) => break,
