@@ -141,6 +141,13 @@ impl Ssd {
         }
         // Keep the victim out of later victim searches and allocation.
         self.flash.open[victim as usize] = true;
+        // The steps scan the victim's owners, long untouched: start
+        // fetching them all (a block's are a few cache lines).
+        let ppb = self.g.pages_per_block as usize;
+        let first = victim as usize * ppb;
+        for p in (first..first + ppb).step_by(16) {
+            prefetch(&self.flash.p2l[p]);
+        }
         let mut moved = std::mem::take(&mut self.moved);
         moved.clear();
         self.gc_jobs[c] = Some(GcJob {
