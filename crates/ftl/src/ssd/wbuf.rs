@@ -207,8 +207,9 @@ impl Ssd {
             }
             self.cache.prefetch(self.buf.lpn[slot]);
         }
-        let mut acts = self.take_acts();
-        // The mapping work, placed after every data program.
+        // The mapping work, placed after every data program (the cache
+        // appends each page's actions to it directly: a copy per page
+        // through a scratch list cost a memcpy call each).
         let mut deferred = self.take_acts();
         let mut result = Ok(());
         for slot in 0..self.buf.len() {
@@ -249,15 +250,12 @@ impl Ssd {
             self.flash.fill(ppa, lpn, t);
             self.mark_map_stale(lpn);
             self.stats.flash_data_programs += 1;
-            acts.clear();
-            if self.cache.write(lpn, self.per_map_page.div(lpn), &mut acts) {
+            if self.cache.write(lpn, self.per_map_page.div(lpn), &mut deferred) {
                 self.stats.cmt_write_hits += 1;
             } else {
                 self.stats.cmt_write_misses += 1;
             }
-            deferred.extend_from_slice(&acts);
         }
-        self.put_acts(acts);
         if result.is_ok() && !deferred.is_empty() {
             result = self.exec_acts(&deferred, t, Cause::Write).map(|_| ());
         }
