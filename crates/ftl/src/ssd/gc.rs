@@ -455,8 +455,9 @@ impl Ssd {
                 job.moved.push(owner);
             }
             // The next owners' map entries are random accesses: start them.
+            // (In the victim: a multiply, not a `%` by the block size.)
             let next = src + 1;
-            if next % self.g.pages_per_block != 0 {
+            if next < (victim + 1) * self.g.pages_per_block {
                 self.prefetch_owner(next);
             }
         } else {
@@ -486,14 +487,14 @@ impl Ssd {
     /// Update the cache for the LPNs a GC job moved and queue the mapping
     /// write-backs that takes (see the module docs), ready at `t`.
     fn queue_moved_mappings(&mut self, moved: &mut [u32], t: u64) -> Result<(), FtlError> {
-        let epp = self.g.entries_per_map_page;
+        let per_map_page = self.per_map_page;
         moved.sort_unstable();
         let mut acts = self.take_acts();
         let mut i = 0;
         while i < moved.len() {
-            let mpn = moved[i] / epp;
+            let mpn = per_map_page.div(moved[i]);
             let mut j = i + 1;
-            while j < moved.len() && moved[j] / epp == mpn {
+            while j < moved.len() && per_map_page.div(moved[j]) == mpn {
                 j += 1;
             }
             acts.clear();
