@@ -59,15 +59,23 @@ impl InFlight {
     fn push(&mut self, k: u64) {
         self.host += usize::from(k & 1 == 0);
         let n = self.keys.len();
-        // After the entries `<= k`: most land a few from the back (a
-        // binary search over the whole list is a longer chain of dependent
-        // loads), some far (mapping write-backs queue up far ahead).
+        // After the entries `<= k`: most land a few from the back, some
+        // far (mapping write-backs queue up far ahead). Gallop back from
+        // the end (1, 2, 4, ... entries), then search that stretch.
         let mut at = n;
-        while at > self.head && n - at < 16 && self.keys[at - 1] > k {
-            at -= 1;
-        }
-        if at > self.head && self.keys[at - 1] > k {
-            at = self.head + self.keys[self.head..at].partition_point(|&x| x <= k);
+        if n > self.head && self.keys[n - 1] > k {
+            // `keys[hi..]` are all > k.
+            let mut hi = n - 1;
+            let mut step = 1;
+            let lo = loop {
+                let lo = hi.saturating_sub(step).max(self.head);
+                if lo == self.head || self.keys[lo] <= k {
+                    break lo;
+                }
+                hi = lo;
+                step *= 2;
+            };
+            at = lo + self.keys[lo..hi].partition_point(|&x| x <= k);
         }
         if self.head > 0 && self.head == n {
             // Empty: start over at the front.
