@@ -87,18 +87,30 @@ impl Ssd {
     fn alloc_striped(&mut self, stream: Stream, t: u64) -> Result<u32, FtlError> {
         let chips = self.g.chips;
         if (self.gc_active.len() as u32) < chips {
-            for _ in 0..chips {
+            // `left` turns of the round robin remain; each takes one chip,
+            // skipped if it has a job.
+            let mut left = chips;
+            while left > 0 {
+                let chip = if stream == Stream::Map {
+                    self.map_rr
+                } else {
+                    self.host_rr
+                };
+                let skip = self.turns_to_idle_chip(chip).min(left);
                 let rr = if stream == Stream::Map {
                     &mut self.map_rr
                 } else {
                     &mut self.host_rr
                 };
-                let chip = *rr;
-                *rr = if chip + 1 == chips { 0 } else { chip + 1 };
-                if self.gc_jobs[chip as usize].is_some() {
-                    continue;
+                if skip == left {
+                    // Every turn left finds a chip with a job.
+                    *rr = wrap(chip + left, chips);
+                    break;
                 }
-                if let Some(p) = self.alloc(stream, chip, t)? {
+                let c = wrap(chip + skip, chips);
+                *rr = wrap(c + 1, chips);
+                left -= skip + 1;
+                if let Some(p) = self.alloc(stream, c, t)? {
                     return Ok(p);
                 }
             }
@@ -111,6 +123,34 @@ impl Ssd {
             }
         }
         Err(FtlError::NoSpace)
+    }
+
+    /// How many chips from `chip` on (round robin) have a GC job before
+    /// the first that has none (`chips` if every one has).
+    #[inline]
+    fn turns_to_idle_chip(&self, chip: u32) -> u32 {
+        let chips = self.g.chips;
+        if chips > 64 {
+            return (0..chips)
+                .find(|&k| self.gc_jobs[wrap(chip + k, chips) as usize].is_none())
+                .unwrap_or(chips);
+        }
+        let all = if chips == 64 {
+            u64::MAX
+        } else {
+            (1u64 << chips) - 1
+        };
+        let idle = !self.gc_mask & all;
+        if idle == 0 {
+            return chips;
+        }
+        // The idle chips from `chip` up, then from 0 (wrapped).
+        let up = idle >> chip;
+        if up != 0 {
+            up.trailing_zeros()
+        } else {
+            chips - chip + idle.trailing_zeros()
+        }
     }
 
     pub(super) fn alloc_host(&mut self, t: u64) -> Result<u32, FtlError> {
@@ -150,6 +190,9 @@ impl Ssd {
         }
         let mut moved = std::mem::take(&mut self.moved);
         moved.clear();
+        if c < 64 {
+            self.gc_mask |= 1 << c;
+        }
         self.gc_jobs[c] = Some(GcJob {
             victim,
             next: 0,
@@ -358,6 +401,9 @@ impl Ssd {
         let Some(mut job) = self.gc_jobs[c].take() else {
             return Ok(false);
         };
+        if c < 64 {
+            self.gc_mask &= !(1 << c);
+        }
         if let Some(k) = self.gc_active.iter().position(|&x| x == chip) {
             self.gc_active.swap_remove(k);
         }
@@ -520,5 +566,15 @@ impl Ssd {
             self.map_work_now(w, t)?;
         }
         Ok(())
+    }
+}
+
+/// `x % n` for `x < 2 n`.
+#[inline(always)]
+fn wrap(x: u32, n: u32) -> u32 {
+    if x >= n {
+        x - n
+    } else {
+        x
     }
 }

@@ -141,6 +141,10 @@ pub struct Ssd {
     /// jobs that cannot step without touching them. Apart from the jobs
     /// (one dense array) because the pump reads it for every active chip.
     gc_not_before: Vec<u64>,
+    /// Bit `c`: chip `c` has a GC job (kept only with at most 64 chips), so
+    /// that the round robins find the next chip without one in a few bit
+    /// operations instead of a mispredicted test per chip.
+    gc_mask: u64,
     /// GC's mapping write-backs waiting for idle time, oldest first.
     gc_map_work: VecDeque<gc::MapWork>,
     /// When the last buffer flush's data programs end (tests).
@@ -258,6 +262,7 @@ impl Ssd {
             gc_jobs: vec![None; g.chips as usize],
             gc_active: Vec::with_capacity(g.chips as usize),
             gc_not_before: vec![0; g.chips as usize],
+            gc_mask: 0,
             gc_map_work: VecDeque::new(),
             last_flush_end: 0,
             chip_write_busy: vec![(0, 0); g.chips as usize],
@@ -323,6 +328,7 @@ impl Ssd {
             gc_jobs: self.gc_jobs.clone(),
             gc_active: self.gc_active.clone(),
             gc_not_before: self.gc_not_before.clone(),
+            gc_mask: self.gc_mask,
             gc_map_work: self.gc_map_work.clone(),
             last_flush_end: self.last_flush_end,
             chip_write_busy: self.chip_write_busy.clone(),

@@ -258,7 +258,10 @@ impl Ssd {
             self.flash.fill(ppa, lpn, t);
             self.mark_map_stale(lpn);
             self.stats.flash_data_programs += 1;
-            if self.cache.write(lpn, self.per_map_page.div(lpn), &mut deferred) {
+            if self
+                .cache
+                .write(lpn, self.per_map_page.div(lpn), &mut deferred)
+            {
                 self.stats.cmt_write_hits += 1;
             } else {
                 self.stats.cmt_write_misses += 1;
