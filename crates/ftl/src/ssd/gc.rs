@@ -526,7 +526,9 @@ impl Ssd {
         let owner = self.flash.p2l[ppa as usize];
         if owner != INVALID {
             prefetch(&self.l2p[owner as usize]);
-            self.cache.prefetch(owner);
+            if self.cache_prefetches {
+                self.cache.prefetch(owner);
+            }
         }
     }
 

@@ -108,6 +108,8 @@ pub struct Ssd {
     pub(crate) gtd_seq: Vec<u64>,
     pub(crate) cache: Box<dyn MapCache>,
     uses_map_pages: bool,
+    /// `cache.prefetch` does something (only entry-granular PTSD's).
+    cache_prefetches: bool,
     buf: WriteBuffer,
     pub(crate) store: Box<dyn Store>,
     has_data: bool,
@@ -228,6 +230,7 @@ impl Ssd {
             gtd: vec![UNMAPPED; g.map_pages as usize],
             gtd_seq: vec![0; g.map_pages as usize],
             uses_map_pages: cache.uses_map_pages(),
+            cache_prefetches: cache.prefetches(),
             cache,
             buf: WriteBuffer {
                 lpn: Vec::with_capacity(cap),
@@ -306,6 +309,7 @@ impl Ssd {
             gtd_seq: self.gtd_seq.clone(),
             cache: self.cache.clone_box(),
             uses_map_pages: self.uses_map_pages,
+            cache_prefetches: self.cache_prefetches,
             buf: self.buf.clone(),
             store: self.store.try_clone()?,
             has_data: self.has_data,
@@ -464,7 +468,7 @@ impl Ssd {
         // dispatch).
         if let Some(e) = self.l2p.get(req.lpn as usize) {
             prefetch(e);
-            if req.op == Op::Read {
+            if req.op == Op::Read && self.cache_prefetches {
                 self.cache.prefetch(req.lpn as u32);
             }
         }

@@ -213,7 +213,9 @@ impl Ssd {
                 prefetch(&self.flash.p2l[prev as usize]);
                 prefetch(&self.flash.valid[self.flash.block_of(prev) as usize]);
             }
-            self.cache.prefetch(self.buf.lpn[slot]);
+            if self.cache_prefetches {
+                self.cache.prefetch(self.buf.lpn[slot]);
+            }
         }
         // The mapping work, placed after every data program (the cache
         // appends each page's actions to it directly: a copy per page
