@@ -125,6 +125,11 @@ pub struct Ssd {
 
     write_stop: bool,
     held: Option<(Queued, u64)>,
+    /// `next_dispatch`'s answer while nothing it depends on changed
+    /// (`None`: to compute). It is asked about twice per event (by the
+    /// caller's `next_event`, then by `advance`); `submit`, `dispatch` and
+    /// `checkpoint` clear it.
+    next_pick: std::cell::Cell<Option<Option<(u64, Pick)>>>,
     ctrl_free: u64,
     busy_until: u64,
     horizon: u64,
@@ -255,6 +260,7 @@ impl Ssd {
             heap: BinaryHeap::with_capacity(256),
             write_stop: false,
             held: None,
+            next_pick: std::cell::Cell::new(None),
             ctrl_free: 0,
             busy_until: 0,
             horizon: 0,
@@ -322,6 +328,7 @@ impl Ssd {
             heap: self.heap.clone(),
             write_stop: self.write_stop,
             held: self.held.clone(),
+            next_pick: std::cell::Cell::new(None),
             ctrl_free: self.ctrl_free,
             busy_until: self.busy_until,
             horizon: self.horizon,
@@ -477,6 +484,7 @@ impl Ssd {
         } else {
             self.others.push_back(q);
         }
+        self.next_pick.set(None);
         Ok(())
     }
 
