@@ -7,6 +7,7 @@
 //! not available the mapping works the same on ordinary pages.
 
 use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
 
 use bytemuck::Pod;
 use memmap2::MmapMut;
@@ -17,67 +18,85 @@ const HUGE: usize = 2 << 20;
 const MIN_HUGE_BYTES: usize = 4 << 20;
 
 /// A fixed-length array of `T`, filled with one value at creation.
+///
+/// It keeps the pointer and length of its elements, so that an access is a
+/// plain slice access: no match on where the memory lives, no re-slicing
+/// of the mapping and no cast check (the L2P and P2L are indexed several
+/// times per simulated request).
 pub(crate) struct BigVec<T: Pod> {
-    store: Backing<T>,
+    ptr: NonNull<T>,
+    len: usize,
+    /// The mapping that holds the elements, or `None`: `ptr` came from a
+    /// `Box<[T]>` (`Box::into_raw`) that `drop` frees.
+    map: Option<MmapMut>,
 }
 
-enum Backing<T: Pod> {
-    Heap(Vec<T>),
-    /// `len` elements from byte `off` of the mapping (2 MiB-aligned).
-    Mapped {
-        map: MmapMut,
-        off: usize,
-        len: usize,
-    },
-}
+// SAFETY: a `BigVec` owns its elements exclusively (the box or the mapping
+// it holds, which nothing else points into), like a `Vec<T>`; `T: Pod` is
+// plain data.
+unsafe impl<T: Pod + Send> Send for BigVec<T> {}
+// SAFETY: shared access only reads through `&[T]`, as for a `Vec<T>`.
+unsafe impl<T: Pod + Sync> Sync for BigVec<T> {}
 
 impl<T: Pod> BigVec<T> {
     /// `len` copies of `value`.
     pub fn filled(len: usize, value: T) -> Self {
         let bytes = len * std::mem::size_of::<T>();
-        let store = if bytes < MIN_HUGE_BYTES {
-            Backing::Heap(vec![value; len])
-        } else {
-            match MmapMut::map_anon(bytes + HUGE) {
-                Ok(map) => {
-                    let off = (HUGE - map.as_ptr() as usize % HUGE) % HUGE;
-                    // Advice only: without THP the pages are ordinary ones.
-                    let _ = map.advise_range(memmap2::Advice::HugePage, off, bytes);
-                    let mut v = BigVec {
-                        store: Backing::Mapped { map, off, len },
-                    };
-                    v.fill(value);
-                    return v;
-                }
-                Err(_) => Backing::Heap(vec![value; len]),
+        if bytes >= MIN_HUGE_BYTES {
+            if let Ok(mut map) = MmapMut::map_anon(bytes + HUGE) {
+                let off = (HUGE - map.as_ptr() as usize % HUGE) % HUGE;
+                // Advice only: without THP the pages are ordinary ones.
+                let _ = map.advise_range(memmap2::Advice::HugePage, off, bytes);
+                let elems: &mut [T] = bytemuck::cast_slice_mut(&mut map[off..off + bytes]);
+                // SAFETY: a slice's pointer is never null.
+                let ptr = unsafe { NonNull::new_unchecked(elems.as_mut_ptr()) };
+                let mut v = BigVec {
+                    ptr,
+                    len,
+                    map: Some(map),
+                };
+                v.fill(value);
+                return v;
             }
-        };
-        BigVec { store }
+        }
+        let boxed: Box<[T]> = vec![value; len].into_boxed_slice();
+        let raw = Box::into_raw(boxed);
+        BigVec {
+            // SAFETY: `Box::into_raw` never returns null.
+            ptr: unsafe { NonNull::new_unchecked(raw.cast::<T>()) },
+            len,
+            map: None,
+        }
+    }
+}
+
+impl<T: Pod> Drop for BigVec<T> {
+    fn drop(&mut self) {
+        if self.map.is_none() {
+            let raw = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+            // SAFETY: `ptr` and `len` are those of the `Box<[T]>` that
+            // `filled` turned into a raw pointer; it is freed only here.
+            drop(unsafe { Box::from_raw(raw) });
+        }
     }
 }
 
 impl<T: Pod> Deref for BigVec<T> {
     type Target = [T];
-    #[inline]
+    #[inline(always)]
     fn deref(&self) -> &[T] {
-        match &self.store {
-            Backing::Heap(v) => v,
-            Backing::Mapped { map, off, len } => {
-                bytemuck::cast_slice(&map[*off..*off + *len * std::mem::size_of::<T>()])
-            }
-        }
+        // SAFETY: `ptr` points at `len` initialized elements owned by this
+        // `BigVec` (box or mapping) for its whole life; `&self` rules out a
+        // concurrent `&mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl<T: Pod> DerefMut for BigVec<T> {
-    #[inline]
+    #[inline(always)]
     fn deref_mut(&mut self) -> &mut [T] {
-        match &mut self.store {
-            Backing::Heap(v) => v,
-            Backing::Mapped { map, off, len } => {
-                bytemuck::cast_slice_mut(&mut map[*off..*off + *len * std::mem::size_of::<T>()])
-            }
-        }
+        // SAFETY: as in `deref`, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 

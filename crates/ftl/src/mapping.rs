@@ -43,6 +43,11 @@ pub(crate) trait MapCache: Send {
     /// random (a hint before a batch of updates).
     #[inline]
     fn prefetch(&self, _lpn: u32) {}
+    /// Whether [`prefetch`](Self::prefetch) does anything (the engine
+    /// skips the dynamic call otherwise).
+    fn prefetches(&self) -> bool {
+        false
+    }
     /// An independent copy (a snapshot of the device).
     fn clone_box(&self) -> Box<dyn MapCache>;
     /// Whether this scheme keeps mapping pages on flash at all.
@@ -629,6 +634,9 @@ impl MapCache for PtsdEntry {
         if let Some(w) = self.dirty_bits.get((lpn >> 6) as usize) {
             prefetch(w);
         }
+    }
+    fn prefetches(&self) -> bool {
+        true
     }
 
     fn read(&mut self, lpn: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {

@@ -267,6 +267,7 @@ impl Timeline {
     /// Place an operation on `chip` at the earliest start `s >= t` where the
     /// chip is free for `pre + xfer + post` ns and the channel for `xfer` ns
     /// from `s + pre`. Returns its end.
+    #[inline(always)]
     fn place(&mut self, chip: u32, t: u64, pre: u64, xfer: u64, post: u64) -> u64 {
         match self.place_before(chip, t, pre, xfer, post, None, true) {
             Some(end) => end,

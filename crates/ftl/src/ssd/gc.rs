@@ -22,6 +22,7 @@
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
 use crate::error::FtlError;
+use crate::fastdiv::Divisor;
 use crate::flash::{Stream, INVALID, POOL_DATA, POOL_MAP, TRIM_OWNER};
 use crate::mapping::MapAction;
 use crate::store::{Oob, PageKind};
@@ -36,9 +37,6 @@ pub(super) struct GcJob {
     cursor: u64,
     /// LPNs moved so far (their mapping is updated at the end).
     moved: Vec<u32>,
-    /// The next step cannot start before this (the chip has no earlier
-    /// gap for it): pumps for earlier host operations skip the job.
-    not_before: u64,
 }
 
 /// A mapping-page write-back of GC waiting for idle time.
@@ -90,18 +88,30 @@ impl Ssd {
     fn alloc_striped(&mut self, stream: Stream, t: u64) -> Result<u32, FtlError> {
         let chips = self.g.chips;
         if (self.gc_active.len() as u32) < chips {
-            for _ in 0..chips {
+            // `left` turns of the round robin remain; each takes one chip,
+            // skipped if it has a job.
+            let mut left = chips;
+            while left > 0 {
+                let chip = if stream == Stream::Map {
+                    self.map_rr
+                } else {
+                    self.host_rr
+                };
+                let skip = self.turns_to_idle_chip(chip).min(left);
                 let rr = if stream == Stream::Map {
                     &mut self.map_rr
                 } else {
                     &mut self.host_rr
                 };
-                let chip = *rr;
-                *rr = if chip + 1 == chips { 0 } else { chip + 1 };
-                if self.gc_jobs[chip as usize].is_some() {
-                    continue;
+                if skip == left {
+                    // Every turn left finds a chip with a job.
+                    *rr = wrap(chip + left, chips);
+                    break;
                 }
-                if let Some(p) = self.alloc(stream, chip, t)? {
+                let c = wrap(chip + skip, chips);
+                *rr = wrap(c + 1, chips);
+                left -= skip + 1;
+                if let Some(p) = self.alloc(stream, c, t)? {
                     return Ok(p);
                 }
             }
@@ -114,6 +124,34 @@ impl Ssd {
             }
         }
         Err(FtlError::NoSpace)
+    }
+
+    /// How many chips from `chip` on (round robin) have a GC job before
+    /// the first that has none (`chips` if every one has).
+    #[inline]
+    fn turns_to_idle_chip(&self, chip: u32) -> u32 {
+        let chips = self.g.chips;
+        if chips > 64 {
+            return (0..chips)
+                .find(|&k| self.gc_jobs[wrap(chip + k, chips) as usize].is_none())
+                .unwrap_or(chips);
+        }
+        let all = if chips == 64 {
+            u64::MAX
+        } else {
+            (1u64 << chips) - 1
+        };
+        let idle = !self.gc_mask & all;
+        if idle == 0 {
+            return chips;
+        }
+        // The idle chips from `chip` up, then from 0 (wrapped).
+        let up = idle >> chip;
+        if up != 0 {
+            up.trailing_zeros()
+        } else {
+            chips - chip + idle.trailing_zeros()
+        }
     }
 
     pub(super) fn alloc_host(&mut self, t: u64) -> Result<u32, FtlError> {
@@ -144,15 +182,26 @@ impl Ssd {
         }
         // Keep the victim out of later victim searches and allocation.
         self.flash.open[victim as usize] = true;
+        // The steps scan the victim's owners, long untouched: start
+        // fetching them all (a block's are a few cache lines).
+        let ppb = self.g.pages_per_block as usize;
+        let first = victim as usize * ppb;
+        for p in (first..first + ppb).step_by(16) {
+            prefetch(&self.flash.p2l[p]);
+        }
         let mut moved = std::mem::take(&mut self.moved);
         moved.clear();
+        if c < 64 {
+            self.gc_mask |= 1 << c;
+        }
         self.gc_jobs[c] = Some(GcJob {
             victim,
             next: 0,
             cursor: t,
             moved,
-            not_before: 0,
         });
+        // No step starts before the cursor.
+        self.gc_not_before[c] = t;
         self.gc_active.push(chip);
     }
 
@@ -163,7 +212,13 @@ impl Ssd {
         let mut i = 0;
         while i < self.gc_active.len() {
             let chip = self.gc_active[i];
-            loop {
+            if t <= self.gc_not_before[chip as usize] {
+                i += 1;
+                continue;
+            }
+            // (The job's bound is checked here as well: after a step, the
+            // next call would mostly return at once.)
+            while t > self.gc_not_before[chip as usize] {
                 match self.gc_step(chip, Some(t)) {
                     Ok(true) if self.gc_jobs[chip as usize].is_some() => {}
                     Ok(_) => break,
@@ -300,7 +355,7 @@ impl Ssd {
         let Some(job) = self.gc_jobs[c].as_ref() else {
             return Ok(false);
         };
-        if before.is_some_and(|b| b <= job.not_before) {
+        if before.is_some_and(|b| b <= self.gc_not_before[c]) {
             return Ok(false);
         }
         let (victim, cursor) = (job.victim, job.cursor);
@@ -316,8 +371,8 @@ impl Ssd {
                 Err(start) => {
                     if let Some(job) = self.gc_jobs[c].as_mut() {
                         job.next = off;
-                        job.not_before = start;
                     }
+                    self.gc_not_before[c] = start;
                     return Ok(false);
                 }
             };
@@ -329,6 +384,8 @@ impl Ssd {
                 job.next = off + 1;
                 job.cursor = end;
             }
+            // The next step starts at `end` or later.
+            self.gc_not_before[c] = end;
             return Ok(true);
         }
         let erased = match self.tl.gc_step_or_start(chip, cursor, true, before) {
@@ -336,8 +393,8 @@ impl Ssd {
             Err(start) => {
                 if let Some(job) = self.gc_jobs[c].as_mut() {
                     job.next = off;
-                    job.not_before = start;
                 }
+                self.gc_not_before[c] = start;
                 return Ok(false);
             }
         };
@@ -345,6 +402,9 @@ impl Ssd {
         let Some(mut job) = self.gc_jobs[c].take() else {
             return Ok(false);
         };
+        if c < 64 {
+            self.gc_mask &= !(1 << c);
+        }
         if let Some(k) = self.gc_active.iter().position(|&x| x == chip) {
             self.gc_active.swap_remove(k);
         }
@@ -422,7 +482,16 @@ impl Ssd {
         self.flash.fill(dst, owner, at);
         if pool == POOL_DATA {
             self.stats.gc_data_copies += 1;
-            let e = self.l2p[owner as usize];
+            // Only an LPN of the filling buffer half can have its entry
+            // marked `IN_BUFFER`: look there (a few dozen LPNs, in cache)
+            // before reading the entry, so that the common case is a store
+            // to the L2P, which does not stall on its cache miss as a load
+            // would.
+            let e = if self.buf.lpn.contains(&owner) {
+                self.l2p[owner as usize]
+            } else {
+                UNMAPPED
+            };
             if e != UNMAPPED && e & IN_BUFFER != 0 {
                 self.buf.prev[(e & !IN_BUFFER) as usize] = dst;
             } else {
@@ -433,8 +502,9 @@ impl Ssd {
                 job.moved.push(owner);
             }
             // The next owners' map entries are random accesses: start them.
+            // (In the victim: a multiply, not a `%` by the block size.)
             let next = src + 1;
-            if next % self.g.pages_per_block != 0 {
+            if next < (victim + 1) * self.g.pages_per_block {
                 self.prefetch_owner(next);
             }
         } else {
@@ -457,21 +527,26 @@ impl Ssd {
         let owner = self.flash.p2l[ppa as usize];
         if owner != INVALID {
             prefetch(&self.l2p[owner as usize]);
-            self.cache.prefetch(owner);
+            if self.cache_prefetches {
+                self.cache.prefetch(owner);
+            }
         }
     }
 
     /// Update the cache for the LPNs a GC job moved and queue the mapping
     /// write-backs that takes (see the module docs), ready at `t`.
     fn queue_moved_mappings(&mut self, moved: &mut [u32], t: u64) -> Result<(), FtlError> {
-        let epp = self.g.entries_per_map_page;
-        moved.sort_unstable();
+        // By mapping page, ascending (the order the write-backs queue in);
+        // within a page the order does not matter to any cache.
+        let mut by_page = std::mem::take(&mut self.moved_by_page);
+        sort_by_map_page(moved, self.per_map_page, &mut by_page);
+        let pages = &by_page[0];
         let mut acts = self.take_acts();
         let mut i = 0;
         while i < moved.len() {
-            let mpn = moved[i] / epp;
+            let mpn = pages[i].0;
             let mut j = i + 1;
-            while j < moved.len() && moved[j] / epp == mpn {
+            while j < moved.len() && pages[j].0 == mpn {
                 j += 1;
             }
             acts.clear();
@@ -488,6 +563,7 @@ impl Ssd {
             }
             i = j;
         }
+        self.moved_by_page = by_page;
         self.put_acts(acts);
         let bound = 2 * self.g.pages_per_block as usize;
         while self.gc_map_work.len() > bound {
@@ -497,5 +573,50 @@ impl Ssd {
             self.map_work_now(w, t)?;
         }
         Ok(())
+    }
+}
+
+/// `x % n` for `x < 2 n`.
+#[inline(always)]
+fn wrap(x: u32, n: u32) -> u32 {
+    if x >= n {
+        x - n
+    } else {
+        x
+    }
+}
+
+/// Reorder `lpns` by mapping page, ascending (stable), leaving in
+/// `pairs[0]` each one's `(mapping page, lpn)` in the new order (`pairs[1]`
+/// is scratch). A radix sort on the page number, a byte at a time: a GC
+/// job moves up to a block of LPNs, and a comparison sort of them was
+/// several percent of random writes' instructions (and mispredicted
+/// branches).
+fn sort_by_map_page(lpns: &mut [u32], per_map_page: Divisor, pairs: &mut [Vec<(u32, u32)>; 2]) {
+    let [from, to] = pairs;
+    from.clear();
+    from.extend(lpns.iter().map(|&l| (per_map_page.div(l), l)));
+    to.clear();
+    to.resize(from.len(), (0, 0));
+    let top = from.iter().map(|p| p.0).max().unwrap_or(0);
+    let mut shift = 0;
+    while shift < 32 && (shift == 0 || top >> shift != 0) {
+        let mut count = [0usize; 257];
+        for &(m, _) in from.iter() {
+            count[((m >> shift) & 0xff) as usize + 1] += 1;
+        }
+        for b in 1..257 {
+            count[b] += count[b - 1];
+        }
+        for &p in from.iter() {
+            let b = ((p.0 >> shift) & 0xff) as usize;
+            to[count[b]] = p;
+            count[b] += 1;
+        }
+        std::mem::swap(from, to);
+        shift += 8;
+    }
+    for (l, p) in lpns.iter_mut().zip(from.iter()) {
+        *l = p.1;
     }
 }

@@ -108,6 +108,8 @@ pub struct Ssd {
     pub(crate) gtd_seq: Vec<u64>,
     pub(crate) cache: Box<dyn MapCache>,
     uses_map_pages: bool,
+    /// `cache.prefetch` does something (only entry-granular PTSD's).
+    cache_prefetches: bool,
     buf: WriteBuffer,
     pub(crate) store: Box<dyn Store>,
     has_data: bool,
@@ -123,6 +125,11 @@ pub struct Ssd {
 
     write_stop: bool,
     held: Option<(Queued, u64)>,
+    /// `next_dispatch`'s answer while nothing it depends on changed
+    /// (`None`: to compute). It is asked about twice per event (by the
+    /// caller's `next_event`, then by `advance`); `submit`, `dispatch` and
+    /// `checkpoint` clear it.
+    next_pick: std::cell::Cell<Option<Option<(u64, Pick)>>>,
     ctrl_free: u64,
     busy_until: u64,
     horizon: u64,
@@ -135,6 +142,16 @@ pub struct Ssd {
     /// Each chip's GC job under way, and the chips that have one.
     gc_jobs: Vec<Option<gc::GcJob>>,
     gc_active: Vec<u32>,
+    /// Per chip: its job's next step cannot start before this (a lower
+    /// bound: the last step's end, or the start a failed search found; it
+    /// only moves later), so the pump before each host operation skips
+    /// jobs that cannot step without touching them. Apart from the jobs
+    /// (one dense array) because the pump reads it for every active chip.
+    gc_not_before: Vec<u64>,
+    /// Bit `c`: chip `c` has a GC job (kept only with at most 64 chips), so
+    /// that the round robins find the next chip without one in a few bit
+    /// operations instead of a mispredicted test per chip.
+    gc_mask: u64,
     /// GC's mapping write-backs waiting for idle time, oldest first.
     gc_map_work: VecDeque<gc::MapWork>,
     /// When the last buffer flush's data programs end (tests).
@@ -145,6 +162,8 @@ pub struct Ssd {
     /// A host read's flash pages as (ppa, page of the request), reused.
     read_list: Vec<(u32, u32)>,
     moved: Vec<u32>,
+    /// Scratch of GC's mapping updates: moved LPNs by mapping page.
+    moved_by_page: [Vec<(u32, u32)>; 2],
     scratch: Vec<u8>,
     serving_read: bool,
     pub(crate) seq: u64,
@@ -218,6 +237,7 @@ impl Ssd {
             gtd: vec![UNMAPPED; g.map_pages as usize],
             gtd_seq: vec![0; g.map_pages as usize],
             uses_map_pages: cache.uses_map_pages(),
+            cache_prefetches: cache.prefetches(),
             cache,
             buf: WriteBuffer {
                 lpn: Vec::with_capacity(cap),
@@ -229,7 +249,7 @@ impl Ssd {
                 },
                 cap,
                 page,
-                inflight: std::collections::VecDeque::with_capacity(4 * cap),
+                inflight: wbuf::InFlight::with_capacity(8 * cap),
             },
             store,
             has_data,
@@ -242,6 +262,7 @@ impl Ssd {
             heap: BinaryHeap::with_capacity(256),
             write_stop: false,
             held: None,
+            next_pick: std::cell::Cell::new(None),
             ctrl_free: 0,
             busy_until: 0,
             horizon: 0,
@@ -251,12 +272,15 @@ impl Ssd {
             gc_depth: 0,
             gc_jobs: vec![None; g.chips as usize],
             gc_active: Vec::with_capacity(g.chips as usize),
+            gc_not_before: vec![0; g.chips as usize],
+            gc_mask: 0,
             gc_map_work: VecDeque::new(),
             last_flush_end: 0,
             chip_write_busy: vec![(0, 0); g.chips as usize],
             act_pool: (0..4).map(|_| Vec::with_capacity(64)).collect(),
             read_list: Vec::new(),
             moved: Vec::with_capacity(g.pages_per_block as usize),
+            moved_by_page: std::array::from_fn(|_| Vec::with_capacity(g.pages_per_block as usize)),
             scratch: if has_data { vec![0; page] } else { Vec::new() },
             serving_read: false,
             seq: 0,
@@ -294,6 +318,7 @@ impl Ssd {
             gtd_seq: self.gtd_seq.clone(),
             cache: self.cache.clone_box(),
             uses_map_pages: self.uses_map_pages,
+            cache_prefetches: self.cache_prefetches,
             buf: self.buf.clone(),
             store: self.store.try_clone()?,
             has_data: self.has_data,
@@ -306,6 +331,7 @@ impl Ssd {
             heap: self.heap.clone(),
             write_stop: self.write_stop,
             held: self.held.clone(),
+            next_pick: std::cell::Cell::new(None),
             ctrl_free: self.ctrl_free,
             busy_until: self.busy_until,
             horizon: self.horizon,
@@ -315,12 +341,15 @@ impl Ssd {
             gc_depth: self.gc_depth,
             gc_jobs: self.gc_jobs.clone(),
             gc_active: self.gc_active.clone(),
+            gc_not_before: self.gc_not_before.clone(),
+            gc_mask: self.gc_mask,
             gc_map_work: self.gc_map_work.clone(),
             last_flush_end: self.last_flush_end,
             chip_write_busy: self.chip_write_busy.clone(),
             act_pool: self.act_pool.clone(),
             read_list: Vec::new(),
             moved: self.moved.clone(),
+            moved_by_page: Default::default(),
             scratch: self.scratch.clone(),
             serving_read: self.serving_read,
             seq: self.seq,
@@ -450,7 +479,7 @@ impl Ssd {
         // dispatch).
         if let Some(e) = self.l2p.get(req.lpn as usize) {
             prefetch(e);
-            if req.op == Op::Read {
+            if req.op == Op::Read && self.cache_prefetches {
                 self.cache.prefetch(req.lpn as u32);
             }
         }
@@ -459,6 +488,7 @@ impl Ssd {
         } else {
             self.others.push_back(q);
         }
+        self.next_pick.set(None);
         Ok(())
     }
 

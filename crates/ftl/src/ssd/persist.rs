@@ -62,6 +62,8 @@ impl Ssd {
     /// the cache's dirty state and every stale mapping page, make it all
     /// durable, then drop the trim records (the map now holds the discards).
     pub(crate) fn checkpoint(&mut self, t: u64) -> Result<u64, FtlError> {
+        // It flushes the write buffer: the scheduler's answer may change.
+        self.next_pick.set(None);
         let mut end = self.flush_buffer(t)?;
         self.drop_map_work();
         let mut acts = self.take_acts();

@@ -15,6 +15,15 @@ impl Ssd {
     /// (a read passes a write waiting for room), and while `write_stop` is
     /// set only reads, until none is queued.
     pub(super) fn next_dispatch(&self) -> Option<(u64, Pick)> {
+        if let Some(p) = self.next_pick.get() {
+            return p;
+        }
+        let p = self.pick_next();
+        self.next_pick.set(Some(p));
+        p
+    }
+
+    fn pick_next(&self) -> Option<(u64, Pick)> {
         if self.write_stop {
             if let Some(r) = self.reads.front() {
                 return Some((r.submit_ns.max(self.ctrl_free), Pick::Read));
@@ -60,6 +69,11 @@ impl Ssd {
     }
 
     pub(super) fn dispatch(&mut self, t: u64, pick: Pick, buffers: &mut dyn DataIo) {
+        self.serve(t, pick, buffers);
+        self.next_pick.set(None);
+    }
+
+    fn serve(&mut self, t: u64, pick: Pick, buffers: &mut dyn DataIo) {
         // GC takes the chips' idle time before `t` first: what user work is
         // placed from here on starts at `t` or later.
         self.gc_pump(t);

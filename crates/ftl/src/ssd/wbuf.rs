@@ -7,8 +7,6 @@
 //! that finds no room waits for the earliest program to end (back-pressure,
 //! for every scheduler).
 
-use std::collections::VecDeque;
-
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
 use crate::error::FtlError;
@@ -25,13 +23,88 @@ pub(super) struct WriteBuffer {
     /// Pages of the filling half (a flush programs this many).
     pub(super) cap: usize,
     pub(super) page: usize,
-    /// When each flushed page's program ends (its slot frees then), as
-    /// `(end << 1) | is_mapping_page`, ascending: mapping write-backs take
-    /// slots too (they hold back writes) but are not host data (the bound
-    /// is on host data). Sorted, so the scheduler's "when is there room"
-    /// is one index (it is asked at every dispatch decision); programs end
-    /// mostly in the order placed, so inserts land near the back.
-    pub(super) inflight: VecDeque<u64>,
+    pub(super) inflight: InFlight,
+}
+
+/// When each flushed page's program ends (its slot frees then), as
+/// `(end << 1) | is_mapping_page`, ascending: mapping write-backs take
+/// slots too (they hold back writes) but are not host data (the bound is on
+/// host data). Sorted, so the scheduler's "when is there room" is one index
+/// (it is asked at every dispatch decision); programs end mostly in the
+/// order placed, so inserts land near the back. A plain vector whose
+/// front is `head`: popping the front is a step, and an insert moves only
+/// the few later entries (a ring buffer's insert and indexing cost more).
+#[derive(Clone, Default)]
+pub(super) struct InFlight {
+    keys: Vec<u64>,
+    head: usize,
+    /// How many of the keys are host data pages, so that `held_at` need
+    /// not count them.
+    host: usize,
+}
+
+impl InFlight {
+    pub(super) fn with_capacity(n: usize) -> Self {
+        InFlight {
+            keys: Vec::with_capacity(n),
+            head: 0,
+            host: 0,
+        }
+    }
+    #[inline]
+    fn live(&self) -> &[u64] {
+        &self.keys[self.head..]
+    }
+    #[inline]
+    fn push(&mut self, k: u64) {
+        self.host += usize::from(k & 1 == 0);
+        let n = self.keys.len();
+        // After the entries `<= k`: most land a few from the back, some
+        // far (mapping write-backs queue up far ahead). Gallop back from
+        // the end (1, 2, 4, ... entries), then search that stretch.
+        let mut at = n;
+        if n > self.head && self.keys[n - 1] > k {
+            // `keys[hi..]` are all > k.
+            let mut hi = n - 1;
+            let mut step = 1;
+            let lo = loop {
+                let lo = hi.saturating_sub(step).max(self.head);
+                if lo == self.head || self.keys[lo] <= k {
+                    break lo;
+                }
+                hi = lo;
+                step *= 2;
+            };
+            at = lo + self.keys[lo..hi].partition_point(|&x| x <= k);
+        }
+        if self.head > 0 && self.head == n {
+            // Empty: start over at the front.
+            self.keys.clear();
+            self.head = 0;
+            at = 0;
+        } else if self.head >= 64 && 2 * self.head >= n {
+            // Drop the popped prefix now and then.
+            self.keys.drain(..self.head);
+            at -= self.head;
+            self.head = 0;
+        }
+        self.keys.insert(at, k);
+    }
+    #[inline]
+    fn front(&self) -> Option<u64> {
+        self.keys.get(self.head).copied()
+    }
+    #[inline]
+    fn pop_front(&mut self) -> Option<u64> {
+        let k = self.front()?;
+        self.head += 1;
+        self.host -= usize::from(k & 1 == 0);
+        Some(k)
+    }
+    #[inline]
+    fn back(&self) -> Option<u64> {
+        self.live().last().copied()
+    }
 }
 
 impl WriteBuffer {
@@ -50,12 +123,7 @@ impl WriteBuffer {
     }
     /// A flushed page (or mapping write-back) whose program ends at `end`.
     pub(super) fn push_inflight(&mut self, end: u64, mapping: bool) {
-        let k = (end << 1) | u64::from(mapping);
-        let at = match self.inflight.back() {
-            Some(&b) if b > k => self.inflight.partition_point(|&x| x <= k),
-            _ => self.inflight.len(),
-        };
-        self.inflight.insert(at, k);
+        self.inflight.push((end << 1) | u64::from(mapping));
     }
     /// The earliest program end among the slots taken, removing it.
     pub(super) fn pop_inflight(&mut self) -> Option<u64> {
@@ -63,7 +131,7 @@ impl WriteBuffer {
     }
     /// Forget the flushed pages whose programs ended by `t`.
     pub(super) fn release(&mut self, t: u64) {
-        while let Some(&k) = self.inflight.front() {
+        while let Some(k) = self.inflight.front() {
             if k >> 1 > t {
                 break;
             }
@@ -73,22 +141,27 @@ impl WriteBuffer {
     /// Host data pages held at `t`: filling plus flushed and not yet
     /// programmed.
     pub(super) fn held_at(&self, t: u64) -> usize {
-        let from = self.inflight.partition_point(|&k| k >> 1 <= t);
-        self.len() + self.inflight.range(from..).filter(|&&k| k & 1 == 0).count()
+        // The host pages that ended by `t` are a prefix, short where it is
+        // asked often (just after `release`).
+        let ended = self
+            .inflight
+            .live()
+            .iter()
+            .take_while(|&&k| k >> 1 <= t)
+            .filter(|&&k| k & 1 == 0)
+            .count();
+        self.len() + self.inflight.host - ended
     }
     /// The earliest time at which `pages` more pages fit (a flush of the
     /// filling half moves its pages to `inflight`: the total is the same).
     /// Large writes that can never fit at once get the time every flushed
     /// page is programmed; they then wait page by page.
     pub(super) fn room_at(&self, pages: usize) -> u64 {
-        let over = (self.inflight.len() + self.len() + pages).saturating_sub(self.bound());
+        let live = self.inflight.live();
+        let over = (live.len() + self.len() + pages).saturating_sub(self.bound());
         match over {
             0 => 0,
-            _ => self
-                .inflight
-                .get(over - 1)
-                .or(self.inflight.back())
-                .map_or(0, |k| k >> 1),
+            _ => live.get(over - 1).or(live.last()).map_or(0, |k| k >> 1),
         }
     }
     /// When every flushed page is programmed.
@@ -140,10 +213,13 @@ impl Ssd {
                 prefetch(&self.flash.p2l[prev as usize]);
                 prefetch(&self.flash.valid[self.flash.block_of(prev) as usize]);
             }
-            self.cache.prefetch(self.buf.lpn[slot]);
+            if self.cache_prefetches {
+                self.cache.prefetch(self.buf.lpn[slot]);
+            }
         }
-        let mut acts = self.take_acts();
-        // The mapping work, placed after every data program.
+        // The mapping work, placed after every data program (the cache
+        // appends each page's actions to it directly: a copy per page
+        // through a scratch list cost a memcpy call each).
         let mut deferred = self.take_acts();
         let mut result = Ok(());
         for slot in 0..self.buf.len() {
@@ -184,15 +260,15 @@ impl Ssd {
             self.flash.fill(ppa, lpn, t);
             self.mark_map_stale(lpn);
             self.stats.flash_data_programs += 1;
-            acts.clear();
-            if self.cache.write(lpn, self.per_map_page.div(lpn), &mut acts) {
+            if self
+                .cache
+                .write(lpn, self.per_map_page.div(lpn), &mut deferred)
+            {
                 self.stats.cmt_write_hits += 1;
             } else {
                 self.stats.cmt_write_misses += 1;
             }
-            deferred.extend_from_slice(&acts);
         }
-        self.put_acts(acts);
         if result.is_ok() && !deferred.is_empty() {
             result = self.exec_acts(&deferred, t, Cause::Write).map(|_| ());
         }

@@ -1,0 +1,124 @@
+//! Model digest: a hash of every completion (id, op, submit, dispatch and
+//! done times) and of the counters after each phase of a fixed seeded
+//! workload, per variant. A speed change to the engine must leave every
+//! digest as it was (it changes how fast, not what, is simulated).
+//!
+//! `cargo run --release -p ptsd-ftl --example digest -- [GiB] [variant...]`
+//! (default: 1 GiB, all five variants).
+
+use ptsd_ftl::{FtlConfig, Op, Payload, Request, Ssd, Variant};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// FNV-1a over 64-bit words: stable across runs and toolchains.
+struct Fnv(u64);
+
+impl Fnv {
+    fn word(&mut self, x: u64) {
+        for b in x.to_le_bytes() {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn bytes(&mut self, s: &[u8]) {
+        for &b in s {
+            self.word(u64::from(b));
+        }
+    }
+}
+
+/// Closed loop at queue depth 128: `read_pct` % reads, sequential LPNs
+/// (wrapping) or uniform random ones.
+fn run(
+    ssd: &mut Ssd,
+    rng: &mut SmallRng,
+    h: &mut Fnv,
+    requests: u64,
+    read_pct: u32,
+    sequential: bool,
+) {
+    let pages = ssd.logical_pages();
+    let mut next = 0u64;
+    let mk = |rng: &mut SmallRng, id: u64| Request {
+        id,
+        op: if rng.gen_range(0..100) < read_pct {
+            Op::Read
+        } else {
+            Op::Write
+        },
+        lpn: if sequential {
+            id % pages
+        } else {
+            rng.gen_range(0..pages)
+        },
+        pages: 1,
+    };
+    let now = ssd.next_event().unwrap_or(0).max(ssd.idle_at());
+    for _ in 0..128.min(requests) {
+        let r = mk(rng, next);
+        next += 1;
+        ssd.submit(now, r, Payload::None).unwrap();
+    }
+    let mut done = Vec::with_capacity(256);
+    let mut completed = 0;
+    while completed < requests {
+        let Some(t) = ssd.next_event() else { break };
+        ssd.advance(t, &mut done);
+        for d in done.drain(..) {
+            let c = d.completion;
+            h.word(c.id);
+            h.word(c.op as u64);
+            h.word(c.submit_ns);
+            h.word(c.dispatch_ns);
+            h.word(c.done_ns);
+            h.word(u64::from(d.failed));
+            completed += 1;
+            if next < requests {
+                let r = mk(rng, next);
+                next += 1;
+                ssd.submit(t, r, Payload::None).unwrap();
+            }
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let gib: u64 = args.get(1).map_or(1, |s| s.parse().unwrap());
+    let variants: Vec<Variant> = if args.len() > 2 {
+        args[2..].iter().map(|s| s.parse().unwrap()).collect()
+    } else {
+        vec![
+            Variant::Page,
+            Variant::Dftl,
+            Variant::Part,
+            Variant::PartSched,
+            Variant::WriteOpt,
+        ]
+    };
+    for v in variants {
+        let mut ssd = Ssd::new(FtlConfig::paper(v, gib << 30)).unwrap();
+        let mut rng = SmallRng::seed_from_u64(7);
+        let pages = ssd.logical_pages();
+        let mut all = Fnv(0xcbf2_9ce4_8422_2325);
+        let mut line = String::new();
+        for (name, n, pct, seq) in [
+            ("fill", pages, 0, true),
+            ("randwrite", pages, 0, false),
+            ("mixed70r", pages / 2, 70, false),
+            ("randread", pages / 4, 100, false),
+        ] {
+            let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+            run(&mut ssd, &mut rng, &mut h, n, pct, seq);
+            ssd.refresh_stats();
+            h.bytes(serde_json::to_string(ssd.stats()).unwrap().as_bytes());
+            ssd.reset_stats();
+            all.word(h.0);
+            line += &format!(" {name}={:016x}", h.0);
+        }
+        if gib <= 2 {
+            ssd.check_invariants().unwrap();
+        }
+        println!("{:<10} {gib} GiB all={:016x}{line}", v.name(), all.0);
+    }
+}
