@@ -6,9 +6,9 @@
 //! `cargo run --release -p ptsd-ftl --example digest -- [GiB] [variant...]`
 //! (default: 1 GiB, all five variants).
 
-use ptsd_ftl::{FtlConfig, Op, Payload, Request, Ssd, Variant};
+use ptsd_ftl::{FtlConfig, Ssd, Variant};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
 /// FNV-1a over 64-bit words: stable across runs and toolchains.
 struct Fnv(u64);
@@ -27,8 +27,11 @@ impl Fnv {
     }
 }
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
 /// Closed loop at queue depth 128: `read_pct` % reads, sequential LPNs
-/// (wrapping) or uniform random ones.
+/// (wrapping) or uniform random ones; every completion goes into `h`.
 fn run(
     ssd: &mut Ssd,
     rng: &mut SmallRng,
@@ -38,48 +41,16 @@ fn run(
     sequential: bool,
 ) {
     let pages = ssd.logical_pages();
-    let mut next = 0u64;
-    let mk = |rng: &mut SmallRng, id: u64| Request {
-        id,
-        op: if rng.gen_range(0..100) < read_pct {
-            Op::Read
-        } else {
-            Op::Write
-        },
-        lpn: if sequential {
-            id % pages
-        } else {
-            rng.gen_range(0..pages)
-        },
-        pages: 1,
-    };
-    let now = ssd.next_event().unwrap_or(0).max(ssd.idle_at());
-    for _ in 0..128.min(requests) {
-        let r = mk(rng, next);
-        next += 1;
-        ssd.submit(now, r, Payload::None).unwrap();
-    }
-    let mut done = Vec::with_capacity(256);
-    let mut completed = 0;
-    while completed < requests {
-        let Some(t) = ssd.next_event() else { break };
-        ssd.advance(t, &mut done);
-        for d in done.drain(..) {
-            let c = d.completion;
-            h.word(c.id);
-            h.word(c.op as u64);
-            h.word(c.submit_ns);
-            h.word(c.dispatch_ns);
-            h.word(c.done_ns);
-            h.word(u64::from(d.failed));
-            completed += 1;
-            if next < requests {
-                let r = mk(rng, next);
-                next += 1;
-                ssd.submit(t, r, Payload::None).unwrap();
-            }
-        }
-    }
+    let make = |id: u64| common::one_page(rng, id, read_pct, pages, sequential.then(|| id % pages));
+    common::closed_loop(ssd, 128, requests, make, |d| {
+        let c = d.completion;
+        h.word(c.id);
+        h.word(c.op as u64);
+        h.word(c.submit_ns);
+        h.word(c.dispatch_ns);
+        h.word(c.done_ns);
+        h.word(u64::from(d.failed));
+    });
 }
 
 fn main() {

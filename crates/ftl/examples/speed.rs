@@ -3,47 +3,19 @@
 
 use std::time::Instant;
 
-use ptsd_ftl::{FtlConfig, Op, Payload, Request, Ssd, Variant};
+use ptsd_ftl::{FtlConfig, Ssd, Variant};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
+/// Closed loop at queue depth 128: `read_pct` % reads, sequential LPNs
+/// (the request id, wrapping) or uniform random ones.
 fn run(ssd: &mut Ssd, rng: &mut SmallRng, requests: u64, read_pct: u32, sequential: bool) {
     let pages = ssd.logical_pages();
-    let mut next = 0u64;
-    let mk = |rng: &mut SmallRng, id: u64| Request {
-        id,
-        op: if rng.gen_range(0..100) < read_pct {
-            Op::Read
-        } else {
-            Op::Write
-        },
-        lpn: if sequential {
-            id % pages
-        } else {
-            rng.gen_range(0..pages)
-        },
-        pages: 1,
-    };
-    let now = ssd.next_event().unwrap_or(0).max(ssd.idle_at());
-    for _ in 0..128.min(requests) {
-        let r = mk(rng, next);
-        next += 1;
-        ssd.submit(now, r, Payload::None).unwrap();
-    }
-    let mut done = Vec::with_capacity(256);
-    let mut completed = 0;
-    while completed < requests {
-        let Some(t) = ssd.next_event() else { break };
-        ssd.advance(t, &mut done);
-        for _ in done.drain(..) {
-            completed += 1;
-            if next < requests {
-                let r = mk(rng, next);
-                next += 1;
-                ssd.submit(t, r, Payload::None).unwrap();
-            }
-        }
-    }
+    let make = |id: u64| common::one_page(rng, id, read_pct, pages, sequential.then(|| id % pages));
+    common::closed_loop(ssd, 128, requests, make, |_| {});
 }
 
 /// CPU time this thread has run (ns), from /proc: wall time on a loaded

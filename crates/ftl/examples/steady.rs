@@ -6,9 +6,9 @@
 //!
 //! `cargo run --release -p ptsd-ftl --example steady -- <variant> [reps] [workload]`
 
-use ptsd_ftl::{FtlConfig, Op, Payload, Request, Ssd, Variant};
+use ptsd_ftl::{FtlConfig, Ssd, Variant};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
 const QD: u64 = 128;
 const N: u64 = 200_000;
@@ -21,50 +21,12 @@ fn cpu_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// Closed loop at `QD`, as in the bench.
+#[path = "../benches/common/mod.rs"]
+mod common;
+
+/// The bench's closed loop at `QD` (sequential LPNs from 1).
 fn run(ssd: &mut Ssd, rng: &mut SmallRng, requests: u64, read_pct: u32, sequential: bool) {
-    let pages = ssd.logical_pages();
-    let mut next_id = 0u64;
-    let mut seq_lpn = 0u64;
-    let mut mk = |rng: &mut SmallRng, id: u64| {
-        let op = if rng.gen_range(0..100) < read_pct {
-            Op::Read
-        } else {
-            Op::Write
-        };
-        let lpn = if sequential {
-            seq_lpn = (seq_lpn + 1) % pages;
-            seq_lpn
-        } else {
-            rng.gen_range(0..pages)
-        };
-        Request {
-            id,
-            op,
-            lpn,
-            pages: 1,
-        }
-    };
-    let now = ssd.next_event().unwrap_or(0).max(ssd.idle_at());
-    for _ in 0..QD.min(requests) {
-        let r = mk(rng, next_id);
-        next_id += 1;
-        ssd.submit(now, r, Payload::None).unwrap();
-    }
-    let mut done = Vec::with_capacity(256);
-    let mut completed = 0;
-    while completed < requests {
-        let Some(t) = ssd.next_event() else { break };
-        ssd.advance(t, &mut done);
-        for _ in done.drain(..) {
-            completed += 1;
-            if next_id < requests {
-                let r = mk(rng, next_id);
-                next_id += 1;
-                ssd.submit(t, r, Payload::None).unwrap();
-            }
-        }
-    }
+    common::bench_loop(ssd, rng, QD, requests, read_pct, sequential);
 }
 
 fn main() {
