@@ -165,7 +165,7 @@ impl FileDeviceOptions {
             .truncate(true)
             .open(path)?;
         file.set_len(bytes)?;
-        if self.preallocate && !on_ram_fs(&file) {
+        if self.preallocate && !file_on_ram_fs(&file) {
             preallocate(&file, bytes, path)?;
         }
         drop(file);
@@ -335,7 +335,7 @@ impl FileDevice {
             punch_unsupported: AtomicBool::new(false),
             zero_range_unsupported: AtomicBool::new(false),
         };
-        if direct && !is_block_device && on_tmpfs(&dev.file) {
+        if direct && !is_block_device && file_on_ram_fs(&dev.file) {
             // tmpfs may accept O_DIRECT but still copies through memory; the
             // flag would only add alignment bounces.
             tracing::info!("{}: on tmpfs, using buffered I/O", path.display());
@@ -548,16 +548,6 @@ fn open_rw(path: &Path, direct: bool) -> io::Result<File> {
 
 /// Whether a regular file lives on tmpfs (or ramfs), where O_DIRECT buys
 /// nothing. (Not for device nodes: /dev itself is a tmpfs.)
-fn on_tmpfs(file: &File) -> bool {
-    const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
-    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
-    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: the descriptor is open and `st` is a live struct to fill.
-    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
-    rc == 0 && matches!(st.f_type as libc::c_long, TMPFS_MAGIC | RAMFS_MAGIC)
-}
-
 fn block_device_size(file: &File) -> io::Result<u64> {
     let mut size: u64 = 0;
     // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points
@@ -776,7 +766,8 @@ impl BlockDevice for FileDevice {
 }
 
 mod alloc;
-use alloc::{on_ram_fs, preallocate};
+use crate::file_on_ram_fs;
+use alloc::preallocate;
 
 #[cfg(test)]
 mod tests;

@@ -29,6 +29,7 @@ mod error;
 mod file;
 pub mod le;
 mod mem;
+mod ramfs;
 pub mod size;
 mod uring;
 
@@ -37,6 +38,7 @@ pub use crash::{CrashDevice, CrashReport, CrashStats, Fault};
 pub use error::BlockError;
 pub use file::{FileDevice, FileDeviceOptions};
 pub use mem::MemDevice;
+pub use ramfs::{dir_on_ram_fs, file_on_ram_fs};
 
 /// A device of fixed-size blocks, usable from many threads at once.
 ///

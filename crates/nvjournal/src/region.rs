@@ -253,9 +253,6 @@ unsafe impl Send for PmemRegion {}
 // SAFETY: as above.
 unsafe impl Sync for PmemRegion {}
 
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-const RAMFS_MAGIC: i64 = 0x8584_58f6;
-
 impl PmemRegion {
     /// Map `bytes` of the file at `path`, creating or extending it.
     pub fn open_file(path: impl AsRef<Path>, bytes: u64) -> Result<Self, RegionError> {
@@ -275,8 +272,10 @@ impl PmemRegion {
         let fd = file.as_raw_fd();
         let dax_file = statx_dax(fd);
         let old_len = file.metadata().map_err(io("stat"))?.len();
+        // The mode unless MAP_SYNC is granted below.
+        let fallback = fallback_mode(&file);
         if old_len < bytes {
-            if dax_file || fallback_mode(&file) == RegionMode::Msync {
+            if dax_file || fallback == RegionMode::Msync {
                 // Written zeroes, not a hole (or fallocate's unwritten
                 // extents): a MAP_SYNC write fault, or a sync's write, that
                 // allocates or converts an extent must commit the file
@@ -314,7 +313,7 @@ impl PmemRegion {
                     "the file is DAX (statx) but MAP_SYNC was refused: not power-loss safe through cache flushes"
                 );
             }
-            let mode = fallback_mode(&file);
+            let mode = fallback;
             let p = if mode == RegionMode::Msync {
                 // Memory of our own, written to the file at each sync
                 // (see `shadow`).
@@ -475,21 +474,11 @@ fn reserve(file: &File, from: u64, to: u64) -> std::io::Result<()> {
 }
 
 fn fallback_mode(file: &File) -> RegionMode {
-    use std::os::fd::AsRawFd;
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: fstatfs fills the struct we pass for an fd we own.
-    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
-    if rc == 0 {
-        // SAFETY: fstatfs succeeded, so the struct is initialised.
-        let st = unsafe { st.assume_init() };
-        // `f_type`'s integer type differs between libcs.
-        #[allow(clippy::unnecessary_cast)]
-        let f_type = st.f_type as i64;
-        if f_type == TMPFS_MAGIC || f_type == RAMFS_MAGIC {
-            return RegionMode::Tmpfs;
-        }
+    if ptsd_blockdev::file_on_ram_fs(file) {
+        RegionMode::Tmpfs
+    } else {
+        RegionMode::Msync
     }
-    RegionMode::Msync
 }
 
 impl Drop for PmemRegion {

@@ -114,6 +114,17 @@ fn a_new_region_file_has_no_holes() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// The region at `path`, or None (saying SKIP) where it is not in msync
+/// mode (a DAX or RAM file system).
+fn msync_region(path: &Path) -> Option<PmemRegion> {
+    let region = PmemRegion::open_file(path, REGION).unwrap();
+    if region.mode() != RegionMode::Msync {
+        println!("SKIP: region mode {} (not msync)", region.mode());
+        return None;
+    }
+    Some(region)
+}
+
 /// In msync mode the file is written zeroes at creation, not fallocated:
 /// a sync's write into an unwritten extent would convert it, a metadata
 /// change that `fdatasync` then commits through the file system's journal.
@@ -121,11 +132,9 @@ fn a_new_region_file_has_no_holes() {
 fn an_msync_region_file_has_no_unwritten_extents() {
     let (dir, _guard) = region_dir();
     let path = dir.join("written");
-    let region = PmemRegion::open_file(&path, REGION).unwrap();
-    if region.mode() != RegionMode::Msync {
-        println!("SKIP: region mode {} (not msync)", region.mode());
+    let Some(region) = msync_region(&path) else {
         return;
-    }
+    };
     let Some(extents) = extent_flags(&path) else {
         println!("SKIP: no FIEMAP here");
         return;
@@ -211,11 +220,9 @@ fn cached_pages(path: &Path, pages: usize) -> usize {
 fn an_msync_region_syncs_bypass_the_page_cache() {
     let (dir, _guard) = region_dir();
     let path = dir.join("direct");
-    let region = PmemRegion::open_file(&path, REGION).unwrap();
-    if region.mode() != RegionMode::Msync {
-        println!("SKIP: region mode {} (not msync)", region.mode());
+    let Some(region) = msync_region(&path) else {
         return;
-    }
+    };
     if !region.writes_direct() {
         println!("SKIP: the file system refuses O_DIRECT here");
         return;
@@ -273,11 +280,9 @@ fn an_msync_region_writes_back_single_pages() {
     let mut buf = vec![0u8; REGION as usize];
     file.read_exact_at(&mut buf, 0).unwrap();
     drop(file);
-    let region = PmemRegion::open_file(&path, REGION).unwrap();
-    if region.mode() != RegionMode::Msync {
-        println!("SKIP: region mode {} (not msync)", region.mode());
+    let Some(region) = msync_region(&path) else {
         return;
-    }
+    };
     let Some(before) = page_cache_bytes_dirtied() else {
         println!("SKIP: no /proc/thread-self/io");
         return;
@@ -308,11 +313,10 @@ fn a_sync_writes_every_earlier_store_to_the_file_under_concurrent_syncs() {
     use std::os::unix::fs::FileExt;
     let (dir, _guard) = region_dir();
     let path = dir.join("concurrent-syncs");
-    let region = Arc::new(PmemRegion::open_file(&path, REGION).unwrap());
-    if region.mode() != RegionMode::Msync {
-        println!("SKIP: region mode {} (not msync)", region.mode());
+    let Some(region) = msync_region(&path) else {
         return;
-    }
+    };
+    let region = Arc::new(region);
     let file = std::fs::File::open(&path).unwrap();
     const THREADS: u64 = 4;
     const ROUNDS: u64 = 200;

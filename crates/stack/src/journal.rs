@@ -146,23 +146,7 @@ pub fn default_journal_path(sb: &Superblock, data_dir: &Path) -> PathBuf {
 
 /// Whether `path` is (or would be) on tmpfs or ramfs.
 fn on_ram_fs(path: &Path) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: statfs fills the struct we pass; `c` is NUL-terminated.
-    if unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return false;
-    }
-    // SAFETY: statfs succeeded, so the struct is initialised.
-    let st = unsafe { st.assume_init() };
-    // `f_type`'s integer type differs between libcs.
-    #[allow(clippy::unnecessary_cast)]
-    let t = st.f_type as i64;
-    t == TMPFS_MAGIC || t == RAMFS_MAGIC
+    ptsd_blockdev::dir_on_ram_fs(path.parent().unwrap_or(Path::new("/")))
 }
 
 impl Place {

@@ -313,7 +313,7 @@ fn preallocated_files_are_allocated_and_prefetch_is_a_harmless_hint() {
         "a created file is sparse by default"
     );
     let file = File::open(dir.path().join("full")).unwrap();
-    if on_ram_fs(&file) {
+    if crate::file_on_ram_fs(&file) {
         assert_eq!(allocated("full"), 0, "nothing allocated ahead on a RAM fs");
     } else {
         assert!(
