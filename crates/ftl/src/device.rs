@@ -303,6 +303,26 @@ impl<C: Clock> SsdDevice<C> {
         }
     }
 
+    /// Validate the extent `[block, ..)` of `buf` and queue it, copied, as
+    /// engine writes of at most `MAX_PAGES` pages each.
+    fn queue_copy(
+        &self,
+        reqs: &mut Vec<(u64, u32, Vec<u8>)>,
+        block: u64,
+        buf: &[u8],
+    ) -> Result<(), BlockError> {
+        check_request(self, block, buf.len())?;
+        let ps = self.page_size as usize;
+        for (i, chunk) in buf.chunks(MAX_PAGES as usize * ps).enumerate() {
+            reqs.push((
+                block + i as u64 * MAX_PAGES,
+                (chunk.len() / ps) as u32,
+                chunk.to_vec(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Submit several writes together (one lock for all, as a queue depth
     /// of their number would) and wait until every one completes. The first
     /// error is returned, after every request submitted has completed.
@@ -442,17 +462,9 @@ impl<C: Clock> BlockDevice for SsdDevice<C> {
 
     /// The extents go to the engine together, under one lock.
     fn write_batch(&self, writes: &[(u64, &[u8])]) -> Result<(), BlockError> {
-        let ps = self.page_size as usize;
         let mut reqs = Vec::with_capacity(writes.len());
         for &(block, buf) in writes {
-            let count = check_request(self, block, buf.len())?;
-            let mut done = 0;
-            while done < count {
-                let n = (count - done).min(MAX_PAGES);
-                let chunk = &buf[done as usize * ps..(done + n) as usize * ps];
-                reqs.push((block + done, n as u32, chunk.to_vec()));
-                done += n;
-            }
+            self.queue_copy(&mut reqs, block, buf)?;
         }
         self.run_writes(reqs)
     }
@@ -460,18 +472,14 @@ impl<C: Clock> BlockDevice for SsdDevice<C> {
     /// As `write_batch`; an extent of at most `MAX_PAGES` pages goes to
     /// the engine as it is (no copy).
     fn write_batch_owned(&self, writes: Vec<(u64, Vec<u8>)>) -> Result<(), BlockError> {
-        let ps = self.page_size as usize;
         let mut reqs = Vec::with_capacity(writes.len());
         for (block, buf) in writes {
-            let count = check_request(self, block, buf.len())?;
-            if count <= MAX_PAGES {
-                reqs.push((block, count as u32, buf));
+            if buf.len() as u64 > MAX_PAGES * u64::from(self.page_size) {
+                self.queue_copy(&mut reqs, block, &buf)?;
                 continue;
             }
-            for (i, chunk) in buf.chunks(MAX_PAGES as usize * ps).enumerate() {
-                let first = block + i as u64 * MAX_PAGES;
-                reqs.push((first, (chunk.len() / ps) as u32, chunk.to_vec()));
-            }
+            let count = check_request(self, block, buf.len())?;
+            reqs.push((block, count as u32, buf));
         }
         self.run_writes(reqs)
     }
