@@ -421,7 +421,8 @@ impl Store for PersistentStore {
                 buf.copy_from_slice(&self.staged[at..at + buf.len()])
             }
             _ => {
-                if !self.staged_at.is_empty() && buf.len() != self.lay.page {
+                if buf.len() != self.lay.page {
+                    // Not one page: it may span staged ones.
                     self.write_pending()?;
                 }
                 self.dev.read(block, buf)?
