@@ -39,6 +39,11 @@ pub enum BlockError {
     /// since the last successful flush became durable.
     #[error("injected flush fault")]
     InjectedFlushFault,
+    /// A write a [`WriteBehind`](crate::WriteBehind) device accepted
+    /// earlier failed in the background: what the caller took as written
+    /// is not, so the device refuses every later request.
+    #[error("an earlier background write failed")]
+    WriteBehindFailed(#[source] std::sync::Arc<BlockError>),
     /// The operating system reported an error.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

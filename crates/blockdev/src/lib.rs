@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 mod aligned;
+mod behind;
 mod corrupt;
 mod crash;
 mod error;
@@ -33,6 +34,7 @@ mod ramfs;
 pub mod size;
 mod uring;
 
+pub use behind::WriteBehind;
 pub use corrupt::{Corruption, CorruptionEvent, SECTOR};
 pub use crash::{CrashDevice, CrashReport, CrashStats, Fault};
 pub use error::BlockError;

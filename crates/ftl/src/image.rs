@@ -338,7 +338,8 @@ impl PersistentStore {
     }
 
     /// Write every staged program to the device: sorted by place, adjacent
-    /// pages as one write, all in one batch. (A page is staged at most once:
+    /// pages as one write, all in one owned batch (a write-behind device
+    /// takes it and returns at once). (A page is staged at most once:
     /// `erase` writes the staged pages out first.)
     fn write_pending(&mut self) -> Result<(), StoreError> {
         if self.pending.is_empty() {
@@ -347,23 +348,26 @@ impl PersistentStore {
         let page = self.lay.page;
         let mut order = std::mem::take(&mut self.pending);
         order.sort_unstable_by_key(|&(block, _)| block);
-        let mut out: Vec<u8> = Vec::with_capacity(self.staged.len());
-        // (first block, byte offset in `out`, bytes) of each run.
-        let mut runs: Vec<(u64, usize, usize)> = Vec::new();
-        for &(block, at) in &order {
+        // (first block, pages) of each run, then each run's bytes.
+        let mut runs: Vec<(u64, usize)> = Vec::new();
+        for &(block, _) in &order {
             match runs.last_mut() {
-                Some((first, _, len)) if *first + (*len / page) as u64 * self.lay.k == block => {
-                    *len += page
-                }
-                _ => runs.push((block, out.len(), page)),
+                Some((first, n)) if *first + *n as u64 * self.lay.k == block => *n += 1,
+                _ => runs.push((block, 1)),
             }
-            out.extend_from_slice(&self.staged[at..at + page]);
         }
-        let writes: Vec<(u64, &[u8])> = runs
+        let mut pages = order.iter();
+        let writes: Vec<(u64, Vec<u8>)> = runs
             .iter()
-            .map(|&(block, at, len)| (block, &out[at..at + len]))
+            .map(|&(first, n)| {
+                let mut bytes = Vec::with_capacity(n * page);
+                for &(_, at) in pages.by_ref().take(n) {
+                    bytes.extend_from_slice(&self.staged[at..at + page]);
+                }
+                (first, bytes)
+            })
             .collect();
-        let result = self.dev.write_batch(&writes);
+        let result = self.dev.write_batch_owned(writes);
         self.staged.clear();
         self.staged_at.clear();
         order.clear();

@@ -5,7 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ptsd_blockdev::{BlockDevice, FileDeviceOptions};
+use ptsd_blockdev::{BlockDevice, FileDeviceOptions, WriteBehind};
+
+/// Bytes of the SSD image's write-outs in flight at once (two of the FTL's
+/// 4 MiB batches, so one is written while the next fills).
+const IMAGE_WRITE_BEHIND: usize = 8 << 20;
 use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
 
 use crate::error::StackError;
@@ -181,6 +185,18 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
                 what: "opening the emulated SSD image",
                 device: img.display().to_string(),
                 source,
+            })?;
+            // The FTL writes its staged programs out in batches of up to
+            // 4 MiB while it holds the SSD's lock; the kernel's copy of a
+            // batch into the page cache then happens on a thread of its
+            // own, off the lock and off the request's path. Every read,
+            // flush and other write waits for it first.
+            let dev = WriteBehind::new(Arc::new(dev), IMAGE_WRITE_BEHIND).map_err(|source| {
+                StackError::Device {
+                    what: "starting the emulated SSD image's writer",
+                    device: img.display().to_string(),
+                    source,
+                }
             })?;
             open_ssd(cfg, Arc::new(dev), img.display().to_string(), Some(lock))
         }
