@@ -32,8 +32,8 @@
 //! checkpoint's GTD is read back and nothing is scanned.
 //!
 //! Programs are written to the device lazily: a program's page is staged in
-//! memory, and the staged pages go out together — sorted, runs of adjacent
-//! pages as one write, one batch — when the staging area is full, before a
+//! memory, appended to the run of adjacent pages it continues, and the runs
+//! go out together — sorted, each as one write, one batch — when the staging area is full, before a
 //! batched read that needs one of them, and at the start of each sync (a
 //! single-page read of a staged page is served from memory). A page per
 //! `pwrite` cost the file system's bulk writes half their CPU time in the
@@ -241,16 +241,25 @@ pub struct PersistentStore {
     /// see the module docs); `meta_marked` has a bit per page listed here.
     meta: Vec<(u32, [u8; OOB_BYTES])>,
     meta_marked: Vec<u64>,
-    /// Programs not yet written to the device: (first device block, offset
-    /// of the page in `staged`), in program order.
-    pending: Vec<(u64, usize)>,
-    staged: Vec<u8>,
-    /// The newest staged copy of each pending block (offset in `staged`).
-    staged_at: HashMap<u64, usize>,
+    /// Programs not yet written to the device, as runs of adjacent pages,
+    /// each in a buffer of its own that goes to the device as it is (no
+    /// gather copy): (first device block, bytes). A chip programs a block's
+    /// pages in order, so each open block grows one run.
+    runs: Vec<(u64, Vec<u8>)>,
+    /// The device block right after each run's end → the run.
+    run_ends: HashMap<u64, usize>,
+    /// Where each staged block is: (run, byte offset in it).
+    staged_at: HashMap<u64, (usize, usize)>,
+    staged_bytes: usize,
 }
 
 /// Staged program bytes that trigger a write-out.
 const STAGED_MAX: usize = 4 << 20;
+
+/// Bytes a new run reserves at most (a run that outgrows it reallocates).
+/// A flush stripes over the chips, so with the default 32 chips the 4 MiB
+/// staging area holds 32 runs of 128 KiB.
+const RUN_RESERVE: usize = 128 << 10;
 
 impl PersistentStore {
     /// The entry holds the crc of what was programmed: a flipped bit, a
@@ -337,43 +346,20 @@ impl PersistentStore {
         }
     }
 
-    /// Write every staged program to the device: sorted by place, adjacent
-    /// pages as one write, all in one owned batch (a write-behind device
-    /// takes it and returns at once). (A page is staged at most once:
-    /// `erase` writes the staged pages out first.)
+    /// Write every staged program to the device: the runs, sorted by place,
+    /// as one owned batch (a write-behind device takes it and returns at
+    /// once). (A page is staged at most once: `erase` writes the staged
+    /// pages out first.)
     fn write_pending(&mut self) -> Result<(), StoreError> {
-        if self.pending.is_empty() {
+        if self.runs.is_empty() {
             return Ok(());
         }
-        let page = self.lay.page;
-        let mut order = std::mem::take(&mut self.pending);
-        order.sort_unstable_by_key(|&(block, _)| block);
-        // (first block, pages) of each run, then each run's bytes.
-        let mut runs: Vec<(u64, usize)> = Vec::new();
-        for &(block, _) in &order {
-            match runs.last_mut() {
-                Some((first, n)) if *first + *n as u64 * self.lay.k == block => *n += 1,
-                _ => runs.push((block, 1)),
-            }
-        }
-        let mut pages = order.iter();
-        let writes: Vec<(u64, Vec<u8>)> = runs
-            .iter()
-            .map(|&(first, n)| {
-                let mut bytes = Vec::with_capacity(n * page);
-                for &(_, at) in pages.by_ref().take(n) {
-                    bytes.extend_from_slice(&self.staged[at..at + page]);
-                }
-                (first, bytes)
-            })
-            .collect();
-        let result = self.dev.write_batch_owned(writes);
-        self.staged.clear();
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.sort_unstable_by_key(|r| r.0);
+        self.run_ends.clear();
         self.staged_at.clear();
-        order.clear();
-        // Keep the allocation for the next round.
-        self.pending = order;
-        result.map_err(StoreError::from)
+        self.staged_bytes = 0;
+        self.dev.write_batch_owned(runs).map_err(StoreError::from)
     }
 
     fn read_pages(&self, first_page: u64, pages: u64) -> Result<Vec<u8>, StoreError> {
@@ -403,12 +389,26 @@ impl Store for PersistentStore {
             self.dev.write(self.data_block(ppa), data)?;
         } else {
             let block = self.data_block(ppa);
-            self.pending.push((block, self.staged.len()));
-            self.staged_at.insert(block, self.staged.len());
-            self.staged.extend_from_slice(data);
+            let page = self.lay.page;
+            let run = match self.run_ends.remove(&block) {
+                Some(run) => run,
+                None => {
+                    // Room for the rest of the staging area's share, so
+                    // a run rarely grows by reallocating (a copy).
+                    let room = (STAGED_MAX - self.staged_bytes.min(STAGED_MAX)).max(page);
+                    self.runs
+                        .push((block, Vec::with_capacity(room.min(RUN_RESERVE))));
+                    self.runs.len() - 1
+                }
+            };
+            let bytes = &mut self.runs[run].1;
+            self.staged_at.insert(block, (run, bytes.len()));
+            bytes.extend_from_slice(data);
+            self.run_ends.insert(block + self.lay.k, run);
+            self.staged_bytes += page;
         }
         self.set_oob(ppa, &oob, crc32c::crc32c(data));
-        if self.staged.len() >= STAGED_MAX {
+        if self.staged_bytes >= STAGED_MAX {
             self.write_pending()?;
         }
         Ok(())
@@ -421,8 +421,8 @@ impl Store for PersistentStore {
     fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
         let block = self.data_block(ppa);
         match self.staged_at.get(&block) {
-            Some(&at) if buf.len() == self.lay.page => {
-                buf.copy_from_slice(&self.staged[at..at + buf.len()])
+            Some(&(run, at)) if buf.len() == self.lay.page => {
+                buf.copy_from_slice(&self.runs[run].1[at..at + buf.len()])
             }
             _ => {
                 if buf.len() != self.lay.page {
@@ -604,9 +604,10 @@ impl Ssd {
             dirty_list: Vec::new(),
             meta: Vec::new(),
             meta_marked: vec![0; g.physical_pages.div_ceil(64) as usize],
-            pending: Vec::new(),
-            staged: Vec::new(),
+            runs: Vec::new(),
+            run_ends: HashMap::new(),
             staged_at: HashMap::new(),
+            staged_bytes: 0,
         };
         let header = store.read_pages(0, 1)?;
         let state = decode_header(&cfg, &header).map_err(StoreError::from)?;
