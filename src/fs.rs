@@ -55,9 +55,10 @@ pub struct MountArgs {
     /// exists, else in the data directory).
     #[arg(long)]
     pub journal: Option<PathBuf>,
-    /// Journal partitions.
-    #[arg(long, default_value_t = 4)]
-    pub journal_partitions: u32,
+    /// Journal partitions [default: 4; 1 for a journal on a disk file,
+    /// where each partition's ring is one more disk write per commit].
+    #[arg(long)]
+    pub journal_partitions: Option<u32>,
     /// Seconds between background checkpoints (0: only when the journal
     /// fills, at fsck/unmount, or under memory pressure of the rings).
     #[arg(long, default_value_t = 5.0)]
@@ -212,8 +213,12 @@ fn open_stack(a: &MountArgs) -> Result<Stack> {
     spec.journal_config = JournalConfig {
         checkpoint_interval: (a.checkpoint_interval > 0.0)
             .then(|| std::time::Duration::from_secs_f64(a.checkpoint_interval)),
-        ..JournalConfig::partitioned(a.journal_partitions.max(1))
+        ..JournalConfig::partitioned(a.journal_partitions.unwrap_or(4).max(1))
     };
+    if a.journal_partitions.is_some() {
+        // Asked for: on a disk file too.
+        spec.disk_journal_partitions = None;
+    }
     if a.discard_missing_journal {
         spec.missing_journal = MissingJournal::Discard;
     }
@@ -232,7 +237,7 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
             ("allow_other", None) => a.allow_other = true,
             ("journal", Some(v)) => a.journal = Some(v.into()),
             ("journal_partitions", Some(v)) => {
-                a.journal_partitions = v.parse().context("journal_partitions")?
+                a.journal_partitions = Some(v.parse().context("journal_partitions")?)
             }
             ("threads", Some(v)) => a.threads = Some(v.parse().context("threads")?),
             ("journal_size", Some(v)) => a.journal_size = parse_size(v)?,
@@ -576,7 +581,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
     let a = MountArgs {
         device,
         journal: None,
-        journal_partitions: 4,
+        journal_partitions: None,
         journal_size: 256 << 20,
         checkpoint_interval: 5.0,
         data_dir: None,

@@ -248,14 +248,22 @@ impl Place {
     }
 
     /// Format a new journal of `bytes` (a file journal; a region keeps its
-    /// size).
+    /// size), of `disk_partitions` partitions instead of `cfg`'s if given
+    /// and the region is a file on a disk (msync mode).
     pub fn create(
         &self,
         dev: Arc<dyn BlockDevice>,
-        cfg: JournalConfig,
+        mut cfg: JournalConfig,
         bytes: u64,
+        disk_partitions: Option<u32>,
     ) -> Result<Arc<Journal>, StackError> {
-        Journal::create(self.region(Some(bytes))?, dev, cfg).map_err(|source| StackError::Journal {
+        let region = self.region(Some(bytes))?;
+        if let Some(p) = disk_partitions {
+            if region.mode() == ptsd_nvjournal::RegionMode::Msync {
+                cfg.partitions = p.max(1);
+            }
+        }
+        Journal::create(region, dev, cfg).map_err(|source| StackError::Journal {
             what: "creating journal",
             path: self.label.clone(),
             source,

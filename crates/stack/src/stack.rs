@@ -26,6 +26,11 @@ pub struct StackSpec {
     /// Partitions and background checkpointing of a journal created now
     /// (a recovered one keeps its partition count).
     pub journal_config: JournalConfig,
+    /// Partitions of a journal created on a disk file (msync mode) instead
+    /// of `journal_config`'s: there every partition's ring is one more
+    /// disk write per commit, and a commit waits for the disk, not for
+    /// the CPU. `None`: `journal_config`'s everywhere.
+    pub disk_journal_partitions: Option<u32>,
     /// Not unmounted cleanly and the journal is gone: refuse or go on.
     pub missing_journal: MissingJournal,
     /// How long to wait for another process to release the image or
@@ -54,7 +59,7 @@ impl std::fmt::Debug for StoreHook {
 
 impl StackSpec {
     /// `device` with `journal` and the defaults of `ptsd mount`: a 256 MiB
-    /// journal of 4 partitions checkpointed every 5 s, a missing RAM
+    /// journal of 4 partitions (1 on a disk file) checkpointed every 5 s, a missing RAM
     /// journal discarded (after saying so), 60 s of waiting for a daemon
     /// that is finishing its unmount.
     pub fn new(device: DeviceSpec, journal: JournalSpec) -> Self {
@@ -66,6 +71,7 @@ impl StackSpec {
                 checkpoint_interval: Some(Duration::from_secs(5)),
                 ..JournalConfig::partitioned(4)
             },
+            disk_journal_partitions: Some(1),
             missing_journal: MissingJournal::DiscardIfRam,
             lock_wait: Duration::from_secs(60),
             store_hook: None,
@@ -253,9 +259,12 @@ impl Stack {
                 info.replayed_blocks = Some(report.replayed_blocks);
                 j
             }
-            Plan::Fresh | Plan::Lost => {
-                place.create(dev.clone(), spec.journal_config.clone(), spec.journal_bytes)?
-            }
+            Plan::Fresh | Plan::Lost => place.create(
+                dev.clone(),
+                spec.journal_config.clone(),
+                spec.journal_bytes,
+                spec.disk_journal_partitions,
+            )?,
         };
         let how = match info.replayed_blocks {
             Some(n) => format!("recovered, {n} blocks replayed"),
@@ -264,9 +273,14 @@ impl Stack {
         let mode = journal.mode();
         let durable = mode.durability();
         let what = format!(
-            "journal {} [{mode}, {} partitions, {how}]: {durable}; fsync = journal commit",
+            "journal {} [{mode}, {} partition{}, {how}]: {durable}; fsync = journal commit",
             place.label,
-            journal.geometry().partitions
+            journal.geometry().partitions,
+            if journal.geometry().partitions == 1 {
+                ""
+            } else {
+                "s"
+            }
         );
         let store = Arc::new(JournalStore::new(journal, dev, what));
         let base = checked(store.clone(), desc)?;

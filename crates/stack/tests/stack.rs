@@ -391,3 +391,42 @@ fn a_device_without_a_file_system_is_a_clear_error() {
     let err = Stack::open(spec).err().unwrap();
     assert!(matches!(err, StackError::NoFileSystem { .. }), "{err}");
 }
+
+/// A journal created on a disk file gets one partition (each partition's
+/// ring is one more disk write per commit); on a RAM file system the
+/// configured four; asked for explicitly (`disk_journal_partitions: None`),
+/// the configured count on a disk too.
+#[test]
+fn a_journal_on_a_disk_file_defaults_to_one_partition() {
+    let mut dirs = vec![tempfile::tempdir_in("/var/tmp").unwrap()];
+    if Path::new("/dev/shm").is_dir() {
+        dirs.push(tempfile::tempdir_in("/dev/shm").unwrap());
+    }
+    let mut seen_disk = false;
+    for dir in &dirs {
+        let on_ram = ptsd_blockdev::dir_on_ram_fs(dir.path());
+        seen_disk |= !on_ram;
+        let img = new_image(dir.path());
+        for explicit in [false, true] {
+            let journal = dir.path().join(format!("j-{explicit}"));
+            let mut spec = file_spec(&img, &journal);
+            if explicit {
+                spec.disk_journal_partitions = None;
+            }
+            let stack = Stack::open(spec).unwrap();
+            let partitions = stack.store().journal().geometry().partitions;
+            let want = if on_ram || explicit { 4 } else { 1 };
+            assert_eq!(
+                partitions,
+                want,
+                "{} (RAM: {on_ram}, explicit: {explicit})",
+                dir.path().display()
+            );
+            stack.close().unwrap();
+        }
+    }
+    assert!(
+        seen_disk,
+        "/var/tmp is on a RAM file system: nothing checked the disk case"
+    );
+}
