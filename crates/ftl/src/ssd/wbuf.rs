@@ -88,15 +88,15 @@ impl InFlight {
         // Merge from the back: each later key moves once.
         let (keys, staged) = (&mut self.keys, &self.staged);
         let (mut i, mut j) = (n, m);
+        // Branch-free: which side moves is data (a mispredict each).
+        let head = self.head;
         while j > 0 {
             let s = staged[j - 1];
-            if i > self.head && keys[i - 1] > s {
-                keys[i + j - 1] = keys[i - 1];
-                i -= 1;
-            } else {
-                keys[i + j - 1] = s;
-                j -= 1;
-            }
+            let k = if i > head { keys[i - 1] } else { 0 };
+            let take_old = i > head && k > s;
+            keys[i + j - 1] = if take_old { k } else { s };
+            i -= usize::from(take_old);
+            j -= usize::from(!take_old);
         }
         self.staged.clear();
     }
