@@ -487,7 +487,7 @@ impl Ssd {
             // before reading the entry, so that the common case is a store
             // to the L2P, which does not stall on its cache miss as a load
             // would.
-            let e = if self.buf.lpn.contains(&owner) {
+            let e = if self.buf.holds(owner) {
                 self.l2p[owner as usize]
             } else {
                 UNMAPPED

@@ -183,9 +183,8 @@ impl Ssd {
                     }
                 }
                 let slot = self.buf.len();
-                self.buf.lpn.push(lpn);
                 // Not `e`: the flush's GC may have moved the old copy.
-                self.buf.prev.push(self.l2p[lpn as usize]);
+                self.buf.push(lpn, self.l2p[lpn as usize]);
                 self.l2p[lpn as usize] = IN_BUFFER | slot as u32;
                 slot
             };

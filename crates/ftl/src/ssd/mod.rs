@@ -250,6 +250,7 @@ impl Ssd {
                 cap,
                 page,
                 inflight: wbuf::InFlight::with_capacity(8 * cap),
+                filter: [0; 16],
             },
             store,
             has_data,

@@ -24,6 +24,10 @@ pub(super) struct WriteBuffer {
     pub(super) cap: usize,
     pub(super) page: usize,
     pub(super) inflight: InFlight,
+    /// A superset of the filling half's LPNs, bit `lpn % 1024` (a few
+    /// percent of false hits with one page per chip): GC's copy tests it
+    /// before scanning `lpn`, a mispredicted loop per copy otherwise.
+    pub(super) filter: [u64; 16],
 }
 
 /// When each flushed page's program ends (its slot frees then), as
@@ -41,6 +45,12 @@ pub(super) struct InFlight {
     /// How many of the keys are host data pages, so that `held_at` need
     /// not count them.
     host: usize,
+    /// While a flush places its programs (nothing reads the list then),
+    /// its keys are only collected here and merged in at its end: one
+    /// sort of a few dozen keys and one pass instead of a search and a
+    /// `memmove` per key.
+    staged: Vec<u64>,
+    batching: bool,
 }
 
 impl InFlight {
@@ -49,7 +59,46 @@ impl InFlight {
             keys: Vec::with_capacity(n),
             head: 0,
             host: 0,
+            staged: Vec::with_capacity(n),
+            batching: false,
         }
+    }
+    /// Collect the keys pushed from now on until [`end_batch`](Self::end_batch).
+    fn begin_batch(&mut self) {
+        self.batching = true;
+    }
+    /// Merge the collected keys in (the same list as pushing each).
+    fn end_batch(&mut self) {
+        self.batching = false;
+        if self.staged.is_empty() {
+            return;
+        }
+        self.staged.sort_unstable();
+        let n = self.keys.len();
+        if self.head > 0 && self.head == n {
+            self.keys.clear();
+            self.head = 0;
+        } else if self.head >= 64 && 2 * self.head >= n {
+            self.keys.drain(..self.head);
+            self.head = 0;
+        }
+        let n = self.keys.len();
+        let m = self.staged.len();
+        self.keys.resize(n + m, 0);
+        // Merge from the back: each later key moves once.
+        let (keys, staged) = (&mut self.keys, &self.staged);
+        let (mut i, mut j) = (n, m);
+        // Branch-free: which side moves is data (a mispredict each).
+        let head = self.head;
+        while j > 0 {
+            let s = staged[j - 1];
+            let k = if i > head { keys[i - 1] } else { 0 };
+            let take_old = i > head && k > s;
+            keys[i + j - 1] = if take_old { k } else { s };
+            i -= usize::from(take_old);
+            j -= usize::from(!take_old);
+        }
+        self.staged.clear();
     }
     #[inline]
     fn live(&self) -> &[u64] {
@@ -58,6 +107,10 @@ impl InFlight {
     #[inline]
     fn push(&mut self, k: u64) {
         self.host += usize::from(k & 1 == 0);
+        if self.batching {
+            self.staged.push(k);
+            return;
+        }
         let n = self.keys.len();
         // After the entries `<= k`: most land a few from the back, some
         // far (mapping write-backs queue up far ahead). Gallop back from
@@ -108,6 +161,24 @@ impl InFlight {
 }
 
 impl WriteBuffer {
+    /// Add `lpn` (replacing flash page `prev`) to the filling half.
+    #[inline]
+    pub(super) fn push(&mut self, lpn: u32, prev: u32) {
+        self.lpn.push(lpn);
+        self.prev.push(prev);
+        self.filter[(lpn >> 6) as usize & 15] |= 1u64 << (lpn & 63);
+    }
+    /// Whether `lpn` is in the filling half.
+    #[inline]
+    pub(super) fn holds(&self, lpn: u32) -> bool {
+        self.filter[(lpn >> 6) as usize & 15] & (1u64 << (lpn & 63)) != 0 && self.lpn.contains(&lpn)
+    }
+    /// Empty the filling half.
+    pub(super) fn clear(&mut self) {
+        self.lpn.clear();
+        self.prev.clear();
+        self.filter = [0; 16];
+    }
     pub(super) fn len(&self) -> usize {
         self.lpn.len()
     }
@@ -199,6 +270,15 @@ impl Ssd {
         if self.buf.len() == 0 {
             return Ok(t);
         }
+        self.buf.inflight.begin_batch();
+        let r = self.flush_filling(t);
+        self.buf.inflight.end_batch();
+        r
+    }
+
+    /// [`flush_buffer`](Self::flush_buffer) of a non-empty buffer, its
+    /// slots' program ends collected (nothing reads them meanwhile).
+    fn flush_filling(&mut self, t: u64) -> Result<u64, FtlError> {
         self.stats.buffer_flushes += 1;
         let outer = self.horizon;
         self.horizon = t;
@@ -283,8 +363,7 @@ impl Ssd {
                 }
             }
         }
-        self.buf.lpn.clear();
-        self.buf.prev.clear();
+        self.buf.clear();
         result?;
         self.horizon = outer;
         self.last_flush_end = data_end;
