@@ -33,8 +33,9 @@
 //!
 //! Programs are written to the device lazily: a program's page is staged in
 //! memory, appended to the run of adjacent pages it continues, and the runs
-//! go out together — sorted, each as one write, one batch — when the staging area is full, before a
-//! batched read that needs one of them, and at the start of each sync (a
+//! go out together — sorted, each as one write, one batch — when the
+//! staging area is full, before a batched read that needs one of them, and
+//! at the start of each sync (a
 //! single-page read of a staged page is served from memory). A page per
 //! `pwrite` cost the file system's bulk writes half their CPU time in the
 //! kernel's per-call and per-page work. Nothing is lost that was promised:
@@ -393,11 +394,11 @@ impl Store for PersistentStore {
             let run = match self.run_ends.remove(&block) {
                 Some(run) => run,
                 None => {
-                    // Room for the rest of the staging area's share, so
-                    // a run rarely grows by reallocating (a copy).
-                    let room = (STAGED_MAX - self.staged_bytes.min(STAGED_MAX)).max(page);
-                    self.runs
-                        .push((block, Vec::with_capacity(room.min(RUN_RESERVE))));
+                    // Reserved up front: a run that grows by reallocating
+                    // copies itself. (`staged_bytes < STAGED_MAX` here: a
+                    // program that reaches it writes everything out.)
+                    let reserve = RUN_RESERVE.min(STAGED_MAX.saturating_sub(self.staged_bytes));
+                    self.runs.push((block, Vec::with_capacity(reserve)));
                     self.runs.len() - 1
                 }
             };

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::{BlockDevice, FileDeviceOptions, WriteBehind};
+use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
+
+use crate::error::StackError;
 
 /// Bytes of the SSD image's write-outs in flight at once (two of the FTL's
 /// 4 MiB batches, so one is written while the next fills).
 const IMAGE_WRITE_BEHIND: usize = 8 << 20;
-use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
-
-use crate::error::StackError;
 use crate::lock::{LockMode, PathLock};
 
 /// Logical size of the embedded default device (the emulated SSD).
