@@ -14,7 +14,6 @@ use std::sync::Arc;
 use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
 use ptsd_fs::opcount::{Counted, OpCounts};
 use ptsd_fs::uring::{self, UringInit};
-use ptsd_nvjournal::JournalConfig;
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
 #[derive(Args, Debug)]
@@ -210,13 +209,11 @@ fn pid_file(dir: &Path) -> PathBuf {
 fn open_stack(a: &MountArgs) -> Result<Stack> {
     let mut spec = spec_of(&a.device, &a.data_dir, &a.journal);
     spec.journal_bytes = a.journal_size;
-    spec.journal_config = JournalConfig {
-        checkpoint_interval: (a.checkpoint_interval > 0.0)
-            .then(|| std::time::Duration::from_secs_f64(a.checkpoint_interval)),
-        ..JournalConfig::partitioned(a.journal_partitions.unwrap_or(4).max(1))
-    };
-    if a.journal_partitions.is_some() {
+    spec.journal_config.checkpoint_interval = (a.checkpoint_interval > 0.0)
+        .then(|| std::time::Duration::from_secs_f64(a.checkpoint_interval));
+    if let Some(n) = a.journal_partitions {
         // Asked for: on a disk file too.
+        spec.journal_config.partitions = n.max(1);
         spec.disk_journal_partitions = None;
     }
     if a.discard_missing_journal {

@@ -48,9 +48,13 @@ struct Shared {
     done: Condvar,
 }
 
+/// An owned batch of extents and its byte count.
+type Batch = (Vec<(u64, Vec<u8>)>, usize);
+
 #[derive(Default)]
 struct State {
-    queue: std::collections::VecDeque<Vec<(u64, Vec<u8>)>>,
+    /// Batches handed over and not yet taken.
+    queue: std::collections::VecDeque<Batch>,
     /// Batches handed over so far, and written so far (in order).
     submitted: u64,
     completed: u64,
@@ -82,11 +86,6 @@ impl WriteBehind {
         })
     }
 
-    /// The wrapped device.
-    pub fn inner(&self) -> &Arc<dyn BlockDevice> {
-        &self.inner
-    }
-
     /// Wait until every batch handed over before this call is written;
     /// the error of any background write that failed.
     pub fn wait(&self) -> Result<(), BlockError> {
@@ -116,7 +115,7 @@ fn write_loop(dev: &dyn BlockDevice, shared: &Shared) {
                 shared.work.wait(&mut st);
             }
         };
-        let bytes: usize = batch.iter().map(|(_, d)| d.len()).sum();
+        let (batch, bytes) = batch;
         let result = dev.write_batch_owned(batch);
         let mut st = shared.state.lock();
         st.completed += 1;
@@ -192,7 +191,7 @@ impl BlockDevice for WriteBehind {
         }
         st.bytes_in_flight += bytes;
         st.submitted += 1;
-        st.queue.push_back(writes);
+        st.queue.push_back((writes, bytes));
         self.shared.work.notify_one();
         Ok(())
     }

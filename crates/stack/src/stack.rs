@@ -272,15 +272,11 @@ impl Stack {
         };
         let mode = journal.mode();
         let durable = mode.durability();
+        let partitions = journal.geometry().partitions;
+        let plural = if partitions == 1 { "" } else { "s" };
         let what = format!(
-            "journal {} [{mode}, {} partition{}, {how}]: {durable}; fsync = journal commit",
+            "journal {} [{mode}, {partitions} partition{plural}, {how}]: {durable}; fsync = journal commit",
             place.label,
-            journal.geometry().partitions,
-            if journal.geometry().partitions == 1 {
-                ""
-            } else {
-                "s"
-            }
         );
         let store = Arc::new(JournalStore::new(journal, dev, what));
         let base = checked(store.clone(), desc)?;
