@@ -1,6 +1,7 @@
 //! A crash-simulating region: tracks every store per 64-byte cache line and,
 //! on a seeded crash, keeps each line that was flushed and fenced plus any
-//! subset of the others.
+//! subset of the others. In msync flavour (a journal file on a disk) only a
+//! sync makes stores durable, as [`RegionMode::Msync`] promises.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,6 +12,9 @@ use crate::flush::CACHE_LINE;
 use crate::region::{Persist, RegionError, RegionMode};
 
 type CrashHook = Box<dyn Fn() + Send + Sync>;
+
+/// What a disk writes atomically (msync flavour's unit of survival).
+const SECTOR: usize = 512;
 
 /// A simulated persistent-memory region for crash tests.
 ///
@@ -39,6 +43,8 @@ pub struct CrashRegion {
 
 struct Inner {
     state: Mutex<State>,
+    /// Msync flavour: flushes make nothing durable, a sync makes all.
+    msync: bool,
     crashed: AtomicBool,
     on_crash: Mutex<Option<CrashHook>>,
 }
@@ -58,8 +64,25 @@ impl CrashRegion {
         Self::from_image(vec![0u8; bytes.div_ceil(CACHE_LINE) * CACHE_LINE])
     }
 
+    /// A zero-filled region that behaves as a journal file on a disk
+    /// ([`RegionMode::Msync`]): flushes make nothing durable; each
+    /// [`sync`](Persist::sync) is one event that makes every store before
+    /// it durable. A crash keeps any subset of the sectors stored since.
+    pub fn new_msync(bytes: usize) -> Self {
+        Self::build(vec![0u8; bytes.div_ceil(CACHE_LINE) * CACHE_LINE], true)
+    }
+
     /// A region whose media holds `image` (e.g. from [`crash_image`](Self::crash_image)).
-    pub fn from_image(mut image: Vec<u8>) -> Self {
+    pub fn from_image(image: Vec<u8>) -> Self {
+        Self::build(image, false)
+    }
+
+    /// [`from_image`](Self::from_image) in the msync flavour of [`new_msync`](Self::new_msync).
+    pub fn from_image_msync(image: Vec<u8>) -> Self {
+        Self::build(image, true)
+    }
+
+    fn build(mut image: Vec<u8>, msync: bool) -> Self {
         image.resize(image.len().div_ceil(CACHE_LINE) * CACHE_LINE, 0);
         Self {
             inner: Arc::new(Inner {
@@ -69,6 +92,7 @@ impl CrashRegion {
                     events: 0,
                     crash_at: None,
                 }),
+                msync,
                 crashed: AtomicBool::new(false),
                 on_crash: Mutex::new(None),
             }),
@@ -113,17 +137,23 @@ impl CrashRegion {
 
     /// The media after the crash: every durable line, and for each line
     /// with newer unflushed contents, a seeded coin decides whether the
-    /// newer contents had reached the media.
+    /// newer contents had reached the media (in the msync flavour, per
+    /// 512-byte sector, with a seeded bias).
     pub fn crash_image(&self, seed: u64) -> Vec<u8> {
         let st = self.inner.state.lock();
         let mut rng = SplitMix(seed);
         let mut img = st.durable.clone();
-        for (cur, out) in st
-            .current
-            .chunks_exact(CACHE_LINE)
-            .zip(img.chunks_exact_mut(CACHE_LINE))
-        {
-            if cur != out && rng.next() & 1 == 1 {
+        // A disk writes whole sectors; memory, whole cache lines. A sync
+        // cut short has written most of its sectors or few of them, so the
+        // msync flavour draws how likely a sector survives, too (at 1/2 a
+        // multi-sector slot would almost never survive whole).
+        let (unit, survive_of_32) = if self.inner.msync {
+            (SECTOR, [16, 28, 31][(rng.next() % 3) as usize])
+        } else {
+            (CACHE_LINE, 16)
+        };
+        for (cur, out) in st.current.chunks(unit).zip(img.chunks_mut(unit)) {
+            if cur != out && rng.next() % 32 < survive_of_32 {
                 out.copy_from_slice(cur);
             }
         }
@@ -149,7 +179,11 @@ impl Persist for CrashRegion {
         self.inner.state.lock().current.len()
     }
     fn mode(&self) -> RegionMode {
-        RegionMode::Simulated
+        if self.inner.msync {
+            RegionMode::Msync
+        } else {
+            RegionMode::Simulated
+        }
     }
     fn write(&self, offset: usize, data: &[u8]) {
         let mut st = self.inner.state.lock();
@@ -167,7 +201,7 @@ impl Persist for CrashRegion {
     }
     fn persist_ranges(&self, ranges: &[(usize, usize)]) {
         let mut st = self.inner.state.lock();
-        if !self.event(&mut st) {
+        if !self.event(&mut st) || self.inner.msync {
             return;
         }
         let State {
@@ -181,6 +215,15 @@ impl Persist for CrashRegion {
         }
     }
     fn sync(&self) -> Result<(), RegionError> {
+        if self.inner.msync {
+            let mut st = self.inner.state.lock();
+            if self.event(&mut st) {
+                let State {
+                    current, durable, ..
+                } = &mut *st;
+                durable.copy_from_slice(current);
+            }
+        }
         Ok(())
     }
 }

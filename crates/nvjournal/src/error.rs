@@ -26,6 +26,17 @@ pub enum FormatError {
     /// No commit record survived (the journal was never formatted completely).
     #[error("no valid commit record in the commit area")]
     NoCommitRecord,
+    /// The newest record's slots did not all reach the media, and the
+    /// record before it, which recovery would fall back to, is gone.
+    #[error(
+        "commit record {seq} was cut short before its slots were written, \
+         and record {} before it is missing or corrupt",
+        seq - 1
+    )]
+    TornCommitWithoutPredecessor {
+        /// Sequence number of the cut-short record.
+        seq: u64,
+    },
 }
 
 /// What can go wrong with a journal operation.

@@ -174,6 +174,10 @@ pub struct RecoveryReport {
     /// Slots in the committed range that were discarded: torn (bad crc or
     /// header), aborted, or of a later or excluded (uncommitted) epoch.
     pub discarded_slots: u64,
+    /// The newest commit record reached the media but not every slot it
+    /// commits (a journal on a disk file, cut off during its sync): its
+    /// commit was never acknowledged, and recovery used the record before.
+    pub torn_commit: bool,
 }
 
 const RUNNING: u8 = 0;
@@ -283,6 +287,7 @@ impl Journal {
             excluded: Vec::new(),
             heads: vec![0; n],
             tails: vec![0; n],
+            digest: None,
         };
         write_record(region.as_ref(), &geo, &rec);
         region.sync()?;
@@ -458,7 +463,7 @@ impl Journal {
                 .all(|(p, &h)| p.tail.load(Ordering::Acquire) >= h);
             if clean {
                 d.rec.tails = d.rec.heads.clone();
-                d.write(RecordKind::Clean, inner.region.as_ref(), &inner.geo);
+                d.write(RecordKind::Clean, None, inner.region.as_ref(), &inner.geo);
                 inner.region.sync()?;
                 inner.region.check_durable();
             }

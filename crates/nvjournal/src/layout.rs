@@ -20,11 +20,14 @@ pub(crate) const SB_SIZE: usize = 4096;
 const SB_CRC_AT: usize = 88;
 
 pub(crate) const REC_MAGIC: u32 = u32::from_le_bytes(*b"PJCR");
+/// A record that carries a digest of the slots it newly commits (written
+/// in the same sync as those slots; see [`Record::digest`]).
+pub(crate) const REC_MAGIC_DIGEST: u32 = u32::from_le_bytes(*b"PJCD");
 pub(crate) const SLOT_MAGIC: u32 = u32::from_le_bytes(*b"PJSL");
 pub(crate) const SLOT_HEADER: usize = 64;
 /// Offset of the 8-byte flag word in a slot header.
 pub(crate) const FLAG_AT: usize = 56;
-const SLOT_CRC_AT: usize = 40;
+pub(crate) const SLOT_CRC_AT: usize = 40;
 /// Flag value of a fully staged slot (an arbitrary pattern, so that zeroes
 /// or stale garbage are not mistaken for it).
 pub(crate) const FLAG_STAGED: u64 = 0x5354_4147_4544_2121;
@@ -258,6 +261,43 @@ pub(crate) struct Record {
     /// Per partition: ring positions below this are checkpointed and free
     /// (may pass `heads` when the slots between are aborted).
     pub tails: Vec<u64>,
+    /// Where the record went to the media in the same sync as the slots it
+    /// commits (a journal on a disk file: one `fdatasync` per commit, not
+    /// two), the [`slot_term`] sum of the slots it commits that the record
+    /// before it (sequence `seq - 1`) did not. Recovery recomputes it from
+    /// the media; a mismatch means the sync was cut short, and the record
+    /// before it, durable before this one was written, is used instead.
+    /// `None`: the slots were durable before the record was written.
+    pub digest: Option<u64>,
+}
+
+/// One staged slot's share of a [`Record::digest`]: a mix of partition,
+/// ring position and the slot's crc (so a torn, stale or missing slot
+/// changes the sum).
+pub(crate) fn slot_term(partition: usize, pos: u64, crc: u32) -> u64 {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    mix(pos ^ mix(((partition as u64) << 32 | u64::from(crc)) ^ 0x9E37_79B9_7F4A_7C15))
+}
+
+impl Record {
+    /// True if the transactions of `epoch` are committed by this record.
+    pub(crate) fn covers(&self, epoch: u64) -> bool {
+        epoch <= self.epoch && !self.excluded.contains(&epoch)
+    }
+
+    /// True if a staged slot of `epoch` at `pos` in partition `p` is
+    /// committed by this record but not by `prev`, the record before it:
+    /// the slots its [`digest`](Self::digest) sums.
+    pub(crate) fn newly_commits(&self, prev: &Record, p: usize, pos: u64, epoch: u64) -> bool {
+        pos >= self.tails[p]
+            && pos < self.heads[p]
+            && self.covers(epoch)
+            && !(pos < prev.heads[p] && prev.covers(epoch))
+    }
 }
 
 impl Record {
@@ -270,17 +310,27 @@ impl Record {
 
     /// Encode into `b` (cleared first; callers reuse one buffer) the bytes
     /// actually used (at most `size`): fixed fields, heads, tails, excluded
-    /// epochs, crc32c over all of them.
+    /// epochs, the digest if any, crc32c over all of them.
     pub(crate) fn encode_into(&self, size: u64, b: &mut Vec<u8>) {
         let n = self.heads.len();
         let k = self.excluded.len();
         assert!(k <= MAX_EXCLUDED, "too many excluded epochs in a record");
-        let crc_at = 32 + 16 * n + 8 * k;
+        let digest_at = 32 + 16 * n + 8 * k;
+        let crc_at = digest_at + if self.digest.is_some() { 8 } else { 0 };
+        // `record_size` leaves at least 12 bytes past the largest record
+        // without a digest (it rounds up to 64), so the digest always fits.
         assert!(crc_at as u64 + 4 <= size, "record larger than its slot");
         b.clear();
         b.resize(crc_at + 4, 0);
         let b = &mut b[..];
-        put_u32(b, 0, REC_MAGIC);
+        let magic = match self.digest {
+            Some(d) => {
+                put_u64(b, digest_at, d);
+                REC_MAGIC_DIGEST
+            }
+            None => REC_MAGIC,
+        };
+        put_u32(b, 0, magic);
         put_u32(b, 4, self.kind as u32);
         put_u64(b, 8, self.seq);
         put_u64(b, 16, self.epoch);
@@ -300,14 +350,20 @@ impl Record {
     /// Parse a record; `None` if it is torn, foreign or inconsistent.
     pub(crate) fn decode(b: &[u8], partitions: u32) -> Option<Self> {
         let n = partitions as usize;
-        if b.len() < 32 || get_u32(b, 0) != REC_MAGIC || get_u32(b, 24) != partitions {
+        if b.len() < 32 || get_u32(b, 24) != partitions {
             return None;
         }
+        let with_digest = match get_u32(b, 0) {
+            REC_MAGIC => false,
+            REC_MAGIC_DIGEST => true,
+            _ => return None,
+        };
         let k = get_u32(b, 28) as usize;
         if k > MAX_EXCLUDED {
             return None;
         }
-        let crc_at = 32 + 16 * n + 8 * k;
+        let digest_at = 32 + 16 * n + 8 * k;
+        let crc_at = digest_at + if with_digest { 8 } else { 0 };
         if b.len() < crc_at + 4 {
             return None;
         }
@@ -324,6 +380,7 @@ impl Record {
             excluded,
             heads,
             tails,
+            digest: with_digest.then(|| get_u64(b, digest_at)),
         })
     }
 }
@@ -411,9 +468,10 @@ mod tests {
             excluded: vec![2, 3],
             heads: vec![5, 6],
             tails: vec![1, 2],
+            digest: None,
         };
         let b = r.encode(record_size(2));
-        assert_eq!(Record::decode(&b, 2), Some(r));
+        assert_eq!(Record::decode(&b, 2), Some(r.clone()));
         let mut too_many = b.clone();
         too_many[28] = (MAX_EXCLUDED + 1) as u8;
         assert_eq!(Record::decode(&too_many, 2), None);
@@ -421,5 +479,58 @@ mod tests {
         torn[40] ^= 0xff;
         assert_eq!(Record::decode(&torn, 2), None);
         assert_eq!(Record::decode(&b, 3), None);
+    }
+
+    #[test]
+    fn a_record_with_a_digest_fits_its_slot_at_every_size() {
+        for n in 1..=16u32 {
+            let r = Record {
+                kind: RecordKind::Commit,
+                seq: 3,
+                epoch: 99,
+                excluded: (1..=MAX_EXCLUDED as u64).collect(),
+                heads: vec![7; n as usize],
+                tails: vec![2; n as usize],
+                digest: Some(0xDEAD_BEEF_0123_4567),
+            };
+            let b = r.encode(record_size(n));
+            assert!(b.len() as u64 <= record_size(n));
+            assert_eq!(Record::decode(&b, n), Some(r.clone()));
+            let mut torn = b.clone();
+            let at = b.len() - 6; // inside the digest
+            torn[at] ^= 1;
+            assert_eq!(Record::decode(&torn, n), None);
+            // Without it, the same record is the older format, also read.
+            let plain = Record { digest: None, ..r };
+            assert_eq!(
+                Record::decode(&plain.encode(record_size(n)), n),
+                Some(plain)
+            );
+        }
+    }
+
+    #[test]
+    fn newly_committed_slots_are_those_the_previous_record_left_out() {
+        let rec = |epoch, excluded: Vec<u64>, heads| Record {
+            kind: RecordKind::Commit,
+            seq: 1,
+            epoch,
+            excluded,
+            heads: vec![heads],
+            tails: vec![0],
+            digest: None,
+        };
+        let prev = rec(5, vec![4], 10);
+        let next = rec(8, vec![7], 20);
+        assert!(!next.newly_commits(&prev, 0, 3, 5)); // committed before
+        assert!(next.newly_commits(&prev, 0, 3, 4)); // was open then
+        assert!(next.newly_commits(&prev, 0, 3, 6)); // a later epoch below the old head
+        assert!(next.newly_commits(&prev, 0, 12, 5)); // past the old head
+        assert!(!next.newly_commits(&prev, 0, 12, 7)); // still open
+        assert!(!next.newly_commits(&prev, 0, 12, 9)); // after the cover
+        assert!(!next.newly_commits(&prev, 0, 20, 5)); // past the new head
+        assert_ne!(slot_term(0, 3, 1), slot_term(0, 3, 2));
+        assert_ne!(slot_term(0, 3, 1), slot_term(1, 3, 1));
+        assert_ne!(slot_term(0, 3, 1), slot_term(0, 4, 1));
     }
 }

@@ -8,7 +8,9 @@ use ptsd_blockdev::BlockDevice;
 
 use crate::error::{FormatError, JournalError};
 use crate::journal::{write_record, RecoveryReport};
-use crate::layout::{Geometry, Record, RecordKind, SlotHeader, SLOT_HEADER};
+use crate::layout::{
+    slot_term, Geometry, Record, RecordKind, SlotHeader, SLOT_CRC_AT, SLOT_HEADER,
+};
 use crate::region::Persist;
 
 /// Blocks per device batch during replay.
@@ -19,7 +21,28 @@ pub(crate) fn recover(
     device: &dyn BlockDevice,
     geo: &Geometry,
 ) -> Result<(Record, RecoveryReport), JournalError> {
-    let last = newest_record(region, geo)?;
+    let newest = newest_record(region, geo)?;
+    // A record written in the same sync as its slots (msync mode) counts
+    // only if every slot it newly commits reached the media; otherwise
+    // that sync was cut short, nothing it committed was acknowledged, and
+    // the record before it (durable before it was written) holds.
+    let (last, torn_commit) = match newest.digest {
+        Some(digest) => {
+            let prev = record_with_seq(region, geo, newest.seq - 1)
+                .ok_or(FormatError::TornCommitWithoutPredecessor { seq: newest.seq })?;
+            if digest_on_media(region, geo, &newest, &prev) == digest {
+                (newest, false)
+            } else {
+                tracing::warn!(
+                    seq = newest.seq,
+                    "the newest commit record's sync was cut short: \
+                     recovering from the record before it"
+                );
+                (prev, true)
+            }
+        }
+        None => (newest, false),
+    };
     let n = geo.partitions as usize;
     let bs = geo.block_size as usize;
     let mut report = RecoveryReport {
@@ -29,6 +52,7 @@ pub(crate) fn recover(
         committed_slots: 0,
         replayed_blocks: 0,
         discarded_slots: 0,
+        torn_commit,
     };
     let mut slot = vec![0u8; SLOT_HEADER + bs];
     for p in 0..n {
@@ -82,33 +106,60 @@ pub(crate) fn recover(
         excluded: Vec::new(),
         heads: start.clone(),
         tails: start,
+        digest: None,
     };
     write_record(region, geo, &rec);
     region.sync()?;
     Ok((rec, report))
 }
 
+/// The valid record in commit-area place `i`, if any.
+fn record_at(region: &dyn Persist, geo: &Geometry, i: u64) -> Option<Record> {
+    let mut buf = vec![0u8; geo.record_size as usize];
+    region.read(geo.record_offset(i), &mut buf);
+    let r = Record::decode(&buf, geo.partitions)?;
+    // A record must sit in the place its sequence number selects, and
+    // cover no more than one ring of positions per partition.
+    let fits = r
+        .heads
+        .iter()
+        .zip(&r.tails)
+        .all(|(h, t)| h.saturating_sub(*t) <= geo.slots);
+    (geo.record_offset(r.seq) == geo.record_offset(i) && fits).then_some(r)
+}
+
+/// The valid record with sequence number `seq`, if it is still there.
+fn record_with_seq(region: &dyn Persist, geo: &Geometry, seq: u64) -> Option<Record> {
+    record_at(region, geo, seq % u64::from(geo.record_count)).filter(|r| r.seq == seq)
+}
+
 /// The valid record with the highest sequence number.
 fn newest_record(region: &dyn Persist, geo: &Geometry) -> Result<Record, JournalError> {
-    let mut buf = vec![0u8; geo.record_size as usize];
-    let mut best: Option<Record> = None;
-    for i in 0..u64::from(geo.record_count) {
-        region.read(geo.record_offset(i), &mut buf);
-        if let Some(r) = Record::decode(&buf, geo.partitions) {
-            // A record must sit in the slot its sequence number selects, and
-            // cover no more than one ring of positions per partition.
-            let fits = r
-                .heads
-                .iter()
-                .zip(&r.tails)
-                .all(|(h, t)| h.saturating_sub(*t) <= geo.slots);
-            if geo.record_offset(r.seq) == geo.record_offset(i)
-                && fits
-                && best.as_ref().is_none_or(|b| r.seq > b.seq)
-            {
-                best = Some(r);
+    (0..u64::from(geo.record_count))
+        .filter_map(|i| record_at(region, geo, i))
+        .max_by_key(|r| r.seq)
+        .ok_or_else(|| FormatError::NoCommitRecord.into())
+}
+
+/// [`Record::digest`] of `rec` over `prev` as the media has it: the
+/// [`slot_term`]s of the valid slots `rec` newly commits.
+fn digest_on_media(region: &dyn Persist, geo: &Geometry, rec: &Record, prev: &Record) -> u64 {
+    let mut slot = vec![0u8; SLOT_HEADER + geo.block_size as usize];
+    let mut sum = 0u64;
+    for p in 0..geo.partitions as usize {
+        for pos in rec.tails[p]..rec.heads[p] {
+            region.read(geo.slot_offset(p, pos), &mut slot);
+            if let Some(h) = SlotHeader::decode_valid(&slot, pos, geo.block_size) {
+                if rec.newly_commits(prev, p, pos, h.epoch) {
+                    let crc = u32::from_le_bytes(
+                        slot[SLOT_CRC_AT..SLOT_CRC_AT + 4]
+                            .try_into()
+                            .expect("4 bytes"),
+                    );
+                    sum = sum.wrapping_add(slot_term(p, pos, crc));
+                }
             }
         }
     }
-    best.ok_or_else(|| FormatError::NoCommitRecord.into())
+    sum
 }

@@ -130,6 +130,7 @@ fn verify(j: &Journal, histories: &[History], threads: u64, what: &str) {
 
 /// One crash run: returns the number of region events the run produced.
 fn crash_run(
+    msync: bool,
     kind: JournalKind,
     partitions: u32,
     threads: u64,
@@ -138,10 +139,14 @@ fn crash_run(
     crash_event: Option<u64>,
 ) -> u64 {
     let what = format!(
-        "kind {kind:?} partitions {partitions} threads {threads} seed {seed} crash event {crash_event:?}"
+        "kind {kind:?} msync {msync} partitions {partitions} threads {threads} seed {seed} crash event {crash_event:?}"
     );
     let dev = Arc::new(CrashDevice::new(BS as u32, BLOCKS).unwrap());
-    let region = CrashRegion::new(REGION);
+    let region = if msync {
+        CrashRegion::new_msync(REGION)
+    } else {
+        CrashRegion::new(REGION)
+    };
     let cfg = config(kind, partitions);
     let j = Journal::create(region.clone(), dev.clone(), cfg.clone()).unwrap();
     let d = dev.clone();
@@ -171,7 +176,12 @@ fn crash_run(
     drop(j);
     let image = region.crash_image(seed);
     let dev2: Arc<dyn BlockDevice> = Arc::new(dev.reopen());
-    let (j2, report) = Journal::open(CrashRegion::from_image(image), dev2, cfg)
+    let reopened = if msync {
+        CrashRegion::from_image_msync(image)
+    } else {
+        CrashRegion::from_image(image)
+    };
+    let (j2, report) = Journal::open(reopened, dev2, cfg)
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     verify(&j2, &histories, threads, &what);
     // The recovered journal keeps working and recovers again.
@@ -191,31 +201,31 @@ fn seed_override() -> Option<u64> {
 
 /// Single-threaded, deterministic: crash at every event of the run (every
 /// store and persist, including every commit and checkpoint point).
-fn every_event(kind: JournalKind, partitions: u32, seed: u64, txs: u64) {
-    let total = crash_run(kind, partitions, 1, txs, seed, None);
+fn every_event(msync: bool, kind: JournalKind, partitions: u32, seed: u64, txs: u64) {
+    let total = crash_run(msync, kind, partitions, 1, txs, seed, None);
     println!("seed {seed}: {total} events, crashing at each");
     for e in 0..total {
-        crash_run(kind, partitions, 1, txs, seed, Some(e));
+        crash_run(msync, kind, partitions, 1, txs, seed, Some(e));
     }
 }
 
 #[test]
 fn crash_at_every_event_partitioned() {
     for seed in seed_override().map_or(vec![2, 11], |s| vec![s]) {
-        every_event(JournalKind::Partitioned, 3, seed, 12);
+        every_event(false, JournalKind::Partitioned, 3, seed, 12);
     }
 }
 
 #[test]
 fn crash_at_every_event_single_lock() {
     let seed = seed_override().unwrap_or(3);
-    every_event(JournalKind::SingleLock, 1, seed, 10);
+    every_event(false, JournalKind::SingleLock, 1, seed, 10);
 }
 
 #[test]
 fn crash_at_every_event_short_lock() {
     let seed = seed_override().unwrap_or(5);
-    every_event(JournalKind::ShortLock, 1, seed, 10);
+    every_event(false, JournalKind::ShortLock, 1, seed, 10);
 }
 
 /// Several stagers copying outside the short lock at once, crashed at a
@@ -227,10 +237,18 @@ fn crash_multithreaded_random_points_short_lock() {
     for seed in base..base + runs {
         let mut rng = SmallRng::seed_from_u64(seed);
         let threads = rng.gen_range(2..=3);
-        let total = crash_run(JournalKind::ShortLock, 1, threads, 25, seed, None);
+        let total = crash_run(false, JournalKind::ShortLock, 1, threads, 25, seed, None);
         let at = rng.gen_range(0..total.max(1));
         println!("seed {seed}: short-lock threads {threads} crash at {at}/{total}");
-        crash_run(JournalKind::ShortLock, 1, threads, 25, seed, Some(at));
+        crash_run(
+            false,
+            JournalKind::ShortLock,
+            1,
+            threads,
+            25,
+            seed,
+            Some(at),
+        );
     }
 }
 
@@ -243,6 +261,7 @@ fn crash_multithreaded_random_points() {
         let partitions = rng.gen_range(1..=4);
         let threads = rng.gen_range(2..=3);
         let total = crash_run(
+            false,
             JournalKind::Partitioned,
             partitions,
             threads,
@@ -253,6 +272,7 @@ fn crash_multithreaded_random_points() {
         let at = rng.gen_range(0..total.max(1));
         println!("seed {seed}: partitions {partitions} threads {threads} crash at {at}/{total}");
         crash_run(
+            false,
             JournalKind::Partitioned,
             partitions,
             threads,
@@ -263,16 +283,122 @@ fn crash_multithreaded_random_points() {
     }
 }
 
+/// A journal file on a disk (msync mode), where each commit record goes to
+/// the media in the same sync as the slots it commits: crashed at every
+/// event, with any subset of the unsynced lines surviving.
+#[test]
+fn crash_at_every_event_msync() {
+    for seed in seed_override().map_or(vec![4, 17], |s| vec![s]) {
+        every_event(true, JournalKind::Partitioned, 1, seed, 12);
+        every_event(true, JournalKind::Partitioned, 3, seed, 12);
+    }
+    every_event(
+        true,
+        JournalKind::ShortLock,
+        1,
+        seed_override().unwrap_or(6),
+        10,
+    );
+}
+
+/// Msync mode with 2-3 threads staging, committing and checkpointing at
+/// once, crashed at a random event.
+#[test]
+fn crash_multithreaded_random_points_msync() {
+    let base = seed_override().unwrap_or(5000);
+    let runs = if seed_override().is_some() { 1 } else { 24 };
+    for seed in base..base + runs {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let partitions = rng.gen_range(1..=3);
+        let threads = rng.gen_range(2..=3);
+        let total = crash_run(
+            true,
+            JournalKind::Partitioned,
+            partitions,
+            threads,
+            25,
+            seed,
+            None,
+        );
+        let at = rng.gen_range(0..total.max(1));
+        println!(
+            "seed {seed}: msync partitions {partitions} threads {threads} crash at {at}/{total}"
+        );
+        crash_run(
+            true,
+            JournalKind::Partitioned,
+            partitions,
+            threads,
+            25,
+            seed,
+            Some(at),
+        );
+    }
+}
+
+/// Msync mode: a commit record that reached the media without one of the
+/// slots it commits (its sync cut short) is not used; recovery falls back
+/// to the record before it, so the transaction is wholly absent, not half
+/// there. With the slot intact the same record is used.
+#[test]
+fn msync_a_record_whose_slot_is_missing_is_not_used() {
+    let dev = Arc::new(CrashDevice::new(BS as u32, BLOCKS).unwrap());
+    let region = CrashRegion::new_msync(REGION);
+    let cfg = config(JournalKind::Partitioned, 1);
+    let j = Journal::create(region.clone(), dev.clone(), cfg.clone()).unwrap();
+    let write = |tx_no: u64, blocks: &[u64]| {
+        let mut tx = j.begin();
+        for &b in blocks {
+            tx.write(b, &value(0, tx_no, b)).unwrap();
+        }
+        tx.finish().unwrap();
+        j.commit().unwrap();
+    };
+    write(1, &[1, 2]);
+    let before = region.crash_image(0);
+    write(2, &[1, 2]);
+    let after = region.crash_image(0);
+    region.crash_now();
+    drop(j);
+    // The last line that changed is in the ring (the commit area comes
+    // first): the second transaction's last slot.
+    let line = (0..after.len() / 64)
+        .rev()
+        .find(|&l| after[l * 64..(l + 1) * 64] != before[l * 64..(l + 1) * 64])
+        .expect("the commit changed the media");
+    let mut torn = after.clone();
+    torn[line * 64..(line + 1) * 64].copy_from_slice(&before[line * 64..(line + 1) * 64]);
+    let mut buf = vec![0u8; BS];
+    for (image, torn_commit, tx_no) in [(torn, true, 1), (after, false, 2)] {
+        let dev2: Arc<dyn BlockDevice> = Arc::new(dev.reopen());
+        let (j2, report) =
+            Journal::open(CrashRegion::from_image_msync(image), dev2, cfg.clone()).unwrap();
+        assert_eq!(report.torn_commit, torn_commit);
+        for b in [1, 2] {
+            j2.read(b, &mut buf).unwrap();
+            assert_eq!(
+                buf,
+                value(0, tx_no, b),
+                "block {b}, torn commit {torn_commit}"
+            );
+        }
+    }
+}
+
 /// A commit taken while another transaction is open lists its epoch as
 /// excluded: after a crash the open transaction's staged blocks are not
 /// replayed, the committed one's are; once it finishes and a later commit
 /// covers it, it is replayed too.
 #[test]
 fn commit_excludes_open_transactions() {
-    for kind in [
-        JournalKind::Partitioned,
-        JournalKind::SingleLock,
-        JournalKind::ShortLock,
+    // Msync too: there the second commit's digest must count the open
+    // transaction's slots, which sit below the first commit's heads.
+    for (kind, msync) in [
+        (JournalKind::Partitioned, false),
+        (JournalKind::SingleLock, false),
+        (JournalKind::ShortLock, false),
+        (JournalKind::Partitioned, true),
+        (JournalKind::ShortLock, true),
     ] {
         let partitions = if kind == JournalKind::Partitioned {
             3
@@ -281,7 +407,11 @@ fn commit_excludes_open_transactions() {
         };
         let cfg = config(kind, partitions);
         let dev = Arc::new(CrashDevice::new(BS as u32, BLOCKS).unwrap());
-        let region = CrashRegion::new(REGION);
+        let region = if msync {
+            CrashRegion::new_msync(REGION)
+        } else {
+            CrashRegion::new(REGION)
+        };
         let j = Journal::create(region.clone(), dev.clone(), cfg.clone()).unwrap();
         // Older transaction, left open across the commit.
         let mut open = j.begin();
@@ -299,7 +429,13 @@ fn commit_excludes_open_transactions() {
         });
         let recover = |image: Vec<u8>| {
             let dev2: Arc<dyn BlockDevice> = Arc::new(dev.reopen());
-            let (j2, _) = Journal::open(CrashRegion::from_image(image), dev2, cfg.clone()).unwrap();
+            let region = if msync {
+                CrashRegion::from_image_msync(image)
+            } else {
+                CrashRegion::from_image(image)
+            };
+            let (j2, report) = Journal::open(region, dev2, cfg.clone()).unwrap();
+            assert!(!report.torn_commit, "{kind:?}: a synced commit looked torn");
             let mut got = Vec::new();
             for b in 1..=3 {
                 let mut buf = vec![0u8; BS];

@@ -262,7 +262,12 @@ impl Inner {
             for (t, r) in d.rec.tails.iter_mut().zip(&results) {
                 *t = (*t).max(r.0);
             }
-            d.write(RecordKind::Checkpoint, self.region.as_ref(), &self.geo);
+            d.write(
+                RecordKind::Checkpoint,
+                None,
+                self.region.as_ref(),
+                &self.geo,
+            );
             self.region.sync()?;
         }
         if early_free {

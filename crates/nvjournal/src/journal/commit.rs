@@ -10,9 +10,9 @@ use parking_lot::Mutex;
 
 use super::{keep_scratch, lock_spinning, mutated, take_scratch, DroppedFlush, Inner, Result};
 use crate::error::{Failure, JournalError};
-use crate::layout::{Geometry, Record, RecordKind, MAX_EXCLUDED};
-use crate::protocol::{CachePadded, Cover};
-use crate::region::Persist;
+use crate::layout::{slot_term, Geometry, Record, RecordKind, MAX_EXCLUDED, SLOT_CRC_AT};
+use crate::protocol::{self, CachePadded, Cover};
+use crate::region::{Persist, RegionMode};
 
 /// How long an idle commit worker sleeps before it looks again. A commit
 /// advances every partition's check itself when the worker is behind, so
@@ -37,15 +37,39 @@ pub(super) struct Durable {
     /// Commit records written (a plain field: it changes only under this
     /// lock, so counting costs no cache line of its own).
     pub(super) commits: u64,
+    /// The record before the one being written (a digest sums what the
+    /// new one commits beyond it); kept to reuse its lists.
+    prev: Record,
+    /// Per partition: below this position every slot is committed by
+    /// `rec` (or aborted), so a digest need look only from here.
+    verify_from: Vec<u64>,
 }
 
 impl Durable {
     /// Write the current state as a record of `kind` (with the next
-    /// sequence number) and make it durable.
-    pub(super) fn write(&mut self, kind: RecordKind, region: &dyn Persist, geo: &Geometry) {
+    /// sequence number), carrying `digest` (see [`Record::digest`]). The
+    /// caller syncs the region.
+    pub(super) fn write(
+        &mut self,
+        kind: RecordKind,
+        digest: Option<u64>,
+        region: &dyn Persist,
+        geo: &Geometry,
+    ) {
         self.rec.seq += 1;
         self.rec.kind = kind;
+        self.rec.digest = digest;
         write_record(region, geo, &self.rec);
+    }
+
+    /// Remember the current record as the one the next commit extends.
+    fn keep_as_prev(&mut self) {
+        let (prev, rec) = (&mut self.prev, &self.rec);
+        prev.seq = rec.seq;
+        prev.epoch = rec.epoch;
+        prev.excluded.clone_from(&rec.excluded);
+        prev.heads.clone_from(&rec.heads);
+        prev.tails.clone_from(&rec.tails);
     }
 }
 
@@ -81,6 +105,13 @@ impl Committing {
                     ..rec.clone()
                 },
                 commits: 0,
+                prev: Record {
+                    excluded: Vec::with_capacity(MAX_EXCLUDED),
+                    ..rec.clone()
+                },
+                // Every slot below the heads is committed by `rec`: after
+                // a format or a recovery the rings start empty there.
+                verify_from: rec.heads.clone(),
             })),
             shared: CachePadded::default(),
         }
@@ -254,9 +285,12 @@ impl Inner {
             }
             *flushed = (*flushed).max(gen);
         }
-        self.region
-            .sync()
-            .map_err(|e| self.fail(Failure::RegionSync(e)))?;
+        // On persistent memory the stagers flushed the slots; on a disk
+        // file (msync mode) they reach the file at a sync. There the
+        // record goes out in the same sync as the slots it commits, with a
+        // digest of them that recovery checks (one `fdatasync` per commit,
+        // not a second one to order the record after the slots).
+        let one_sync = self.region.mode() == RegionMode::Msync;
         let g = self.stage.global_lock.as_ref().map(lock_spinning);
         {
             let mut d = lock_spinning(&self.committing.durable);
@@ -269,12 +303,16 @@ impl Inner {
             if cover.is_within(d.rec.epoch, &d.rec.excluded) {
                 self.committing.shared.fetch_add(1, Ordering::Relaxed);
             } else {
+                if one_sync {
+                    d.keep_as_prev();
+                }
                 let rec = &mut d.rec;
                 cover.widen(&mut rec.epoch, &mut rec.excluded);
                 for (dh, &h) in rec.heads.iter_mut().zip(&heads) {
                     *dh = (*dh).max(h);
                 }
-                d.write(RecordKind::Commit, self.region.as_ref(), &self.geo);
+                let digest = one_sync.then(|| self.new_slots_digest(&mut d));
+                d.write(RecordKind::Commit, digest, self.region.as_ref(), &self.geo);
                 self.region
                     .sync()
                     .map_err(|e| self.fail(Failure::RegionSync(e)))?;
@@ -287,5 +325,48 @@ impl Inner {
         keep_scratch(&COMMIT_HEADS, heads);
         keep_scratch(&COMMIT_EXCLUDED, cover.excluded);
         Ok(())
+    }
+
+    /// The [`Record::digest`] of `d.rec` over `d.prev`: the sum of
+    /// [`slot_term`]s of the staged slots it newly commits, as recovery
+    /// will recompute it from the media. Moves `d.verify_from` up to the
+    /// first slot `d.rec` leaves uncommitted.
+    ///
+    /// Under the durable lock: no checkpoint can move a tail meanwhile,
+    /// and every slot below the new heads is staged, aborted, or of an
+    /// epoch the record does not cover (`wait_passed`).
+    fn new_slots_digest(&self, d: &mut Durable) -> u64 {
+        let Durable {
+            rec,
+            prev,
+            verify_from,
+            ..
+        } = d;
+        let mut sum = 0u64;
+        let mut crc = [0u8; 4];
+        for (p, part) in self.parts.iter().enumerate() {
+            let mut first_open = rec.heads[p];
+            for pos in verify_from[p].max(rec.tails[p])..rec.heads[p] {
+                let meta = part.ring.slot(pos);
+                let state = meta.state.load(Ordering::Acquire);
+                if state == protocol::aborted(pos) {
+                    continue;
+                }
+                let epoch = meta.epoch.load(Ordering::Relaxed);
+                if state != protocol::staged(pos) || !rec.covers(epoch) {
+                    // Still being written, or of an open or later epoch: a
+                    // later record commits it (or it aborts).
+                    first_open = first_open.min(pos);
+                    continue;
+                }
+                if rec.newly_commits(prev, p, pos, epoch) {
+                    self.region
+                        .read(self.geo.slot_offset(p, pos) + SLOT_CRC_AT, &mut crc);
+                    sum = sum.wrapping_add(slot_term(p, pos, u32::from_le_bytes(crc)));
+                }
+            }
+            verify_from[p] = first_open;
+        }
+        sum
     }
 }
