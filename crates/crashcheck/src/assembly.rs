@@ -2,7 +2,10 @@
 //! [`Stack::open`], the code `ptsd mount` runs, over crash media — the file
 //! system on the journal (a [`CrashRegion`]) on the emulated SSD (FTL in
 //! virtual time) whose persistent image is a [`CrashDevice`], or on the
-//! crash device as a plain block device (with block checksums).
+//! crash device as a plain block device (with block checksums). Stacks
+//! on DFTL and on the plain device keep their journal as on a disk file
+//! (the region's msync flavour: one sync per commit makes slots and
+//! record durable together), the others as on persistent memory.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,7 +14,7 @@ use std::time::Duration;
 use ptsd_blockdev::CrashDevice;
 use ptsd_fs::{FileSystem, Store, StoreError, StoreTxn};
 use ptsd_ftl::{FtlConfig, Ssd, Variant};
-use ptsd_nvjournal::{CrashRegion, JournalConfig};
+use ptsd_nvjournal::{CrashRegion, JournalConfig, Persist, RegionMode};
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec, StoreHook};
 
 /// Logical bytes of the emulated SSD the file system lives on.
@@ -56,6 +59,14 @@ pub struct Media {
     pub ftl: Option<FtlConfig>,
 }
 
+/// The journal region for a stack on `under` (see the module doc).
+fn region_for(under: Under) -> CrashRegion {
+    match under {
+        Under::Ssd(Variant::Dftl) | Under::Plain => CrashRegion::new_msync(REGION),
+        Under::Ssd(_) => CrashRegion::new(REGION),
+    }
+}
+
 impl Media {
     /// Blank media: `Stack::open` formats the SSD and makes a file system;
     /// a plain device gets its file system from `ptsd_stack::mkfs` now.
@@ -65,7 +76,7 @@ impl Media {
                 let ftl = ftl_config(variant);
                 let blocks = Ssd::image_blocks(&ftl, 4096);
                 Self {
-                    region: CrashRegion::new(REGION),
+                    region: region_for(under),
                     image: Arc::new(CrashDevice::new(4096, blocks).expect("geometry")),
                     ftl: Some(ftl),
                 }
@@ -77,7 +88,7 @@ impl Media {
                     .expect("mkfs of a blank device");
                 dev.flush().expect("flush");
                 Self {
-                    region: CrashRegion::new(REGION),
+                    region: region_for(under),
                     image,
                     ftl: None,
                 }
@@ -88,7 +99,11 @@ impl Media {
     /// One post-crash state of both media, drawn with `seed`.
     pub fn crash_copy(&self, seed: u64) -> Self {
         Self {
-            region: CrashRegion::from_image(self.region.crash_image(seed)),
+            region: if self.region.mode() == RegionMode::Msync {
+                CrashRegion::from_image_msync(self.region.crash_image(seed))
+            } else {
+                CrashRegion::from_image(self.region.crash_image(seed))
+            },
             image: Arc::new(self.image.crash_copy(seed)),
             ftl: self.ftl.clone(),
         }
