@@ -15,7 +15,13 @@ use ptsd_blockdev::le::{get_u32, get_u64, put_u32, put_u64};
 use crate::error::FormatError;
 
 pub(crate) const SB_MAGIC: [u8; 8] = *b"PTSDNVJL";
-pub(crate) const SB_VERSION: u32 = 2;
+/// Version 3 journals on a disk file write commit records with a digest
+/// (one sync per commit). Version 2 journals are still read and written
+/// as before; a binary that knows only version 2 refuses version 3 rather
+/// than miss its newest commits.
+pub(crate) const SB_VERSION: u32 = 3;
+/// Oldest superblock version still opened.
+const SB_VERSION_OLDEST: u32 = 2;
 pub(crate) const SB_SIZE: usize = 4096;
 const SB_CRC_AT: usize = 88;
 
@@ -62,6 +68,17 @@ pub struct Geometry {
     pub device_blocks: u64,
     /// Block size of the home device.
     pub device_block_size: u32,
+    /// Superblock version: 3 for journals created now; from 3 on, a
+    /// journal on a disk file syncs once per commit (see the README).
+    pub version: u32,
+}
+
+impl Geometry {
+    /// Whether commit records may carry a digest and share their sync
+    /// with their slots (a version-2 journal's readers would ignore them).
+    pub(crate) fn digest_records(&self) -> bool {
+        self.version >= 3
+    }
 }
 
 impl Geometry {
@@ -114,6 +131,7 @@ impl Geometry {
             region_len,
             device_blocks,
             device_block_size,
+            version: SB_VERSION,
         })
     }
 
@@ -136,7 +154,7 @@ impl Geometry {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; SB_SIZE];
         b[0..8].copy_from_slice(&SB_MAGIC);
-        put_u32(&mut b, 8, SB_VERSION);
+        put_u32(&mut b, 8, self.version);
         put_u32(&mut b, 12, self.partitions);
         put_u32(&mut b, 16, self.block_size);
         put_u32(&mut b, 20, self.record_count);
@@ -163,7 +181,7 @@ impl Geometry {
             return Err(FormatError::BadMagic);
         }
         let version = get_u32(b, 8);
-        if version != SB_VERSION {
+        if !(SB_VERSION_OLDEST..=SB_VERSION).contains(&version) {
             return Err(FormatError::UnsupportedVersion(version));
         }
         if crc32c::crc32c(&b[..SB_CRC_AT]) != get_u32(b, SB_CRC_AT) {
@@ -181,6 +199,7 @@ impl Geometry {
             region_len: get_u64(b, 64),
             device_blocks: get_u64(b, 72),
             device_block_size: get_u32(b, 80),
+            version,
         };
         if stored.region_len > region_len {
             return Err(FormatError::Geometry(format!(
@@ -198,6 +217,7 @@ impl Geometry {
             stored.device_blocks,
             stored.device_block_size,
         )?;
+        let planned = Self { version, ..planned };
         if planned != stored {
             return Err(FormatError::Geometry(
                 "superblock layout fields are inconsistent".into(),
@@ -457,6 +477,25 @@ mod tests {
         ));
         assert!(Geometry::decode(&b, 1 << 20).is_err());
         assert!(Geometry::decode(&b[..100], 1 << 22).is_err());
+        // A version-2 journal (before digest records) is still opened, as
+        // version 2; version 1 and unknown later versions are refused.
+        let v2 = Geometry {
+            version: 2,
+            ..g.clone()
+        };
+        let got = Geometry::decode(&v2.encode(), 1 << 22).unwrap();
+        assert_eq!(got, v2);
+        assert!(!got.digest_records() && g.digest_records());
+        for v in [1, SB_VERSION + 1] {
+            let other = Geometry {
+                version: v,
+                ..g.clone()
+            };
+            assert!(matches!(
+                Geometry::decode(&other.encode(), 1 << 22),
+                Err(FormatError::UnsupportedVersion(x)) if x == v
+            ));
+        }
     }
 
     #[test]

@@ -289,8 +289,14 @@ impl Inner {
         // file (msync mode) they reach the file at a sync. There the
         // record goes out in the same sync as the slots it commits, with a
         // digest of them that recovery checks (one `fdatasync` per commit,
-        // not a second one to order the record after the slots).
-        let one_sync = self.region.mode() == RegionMode::Msync;
+        // not a second one to order the record after the slots); a
+        // version-2 journal syncs the slots first, as it always did.
+        if self.region.mode() == RegionMode::Msync && !self.geo.digest_records() {
+            self.region
+                .sync()
+                .map_err(|e| self.fail(Failure::RegionSync(e)))?;
+        }
+        let one_sync = self.region.mode() == RegionMode::Msync && self.geo.digest_records();
         let g = self.stage.global_lock.as_ref().map(lock_spinning);
         {
             let mut d = lock_spinning(&self.committing.durable);
