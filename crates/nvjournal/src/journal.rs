@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use ptsd_blockdev::BlockDevice;
 
 use crate::error::{Failure, FormatError, JournalError};
-use crate::layout::{Geometry, Record, RecordKind, SB_SIZE, SLOT_HEADER};
+use crate::layout::{CrcShift, Geometry, Record, RecordKind, SB_SIZE, SLOT_HEADER};
 use crate::protocol::CachePadded;
 use crate::region::{Persist, RegionMode};
 
@@ -196,6 +196,8 @@ pub(crate) struct Inner {
     cfg: JournalConfig,
     parts: Vec<Partition>,
     fill_threshold: u64,
+    /// Combines a slot header's crc with its payload's (block-sized).
+    slot_crc: Box<CrcShift>,
     status: AtomicU8,
     shutdown: AtomicBool,
 
@@ -350,6 +352,7 @@ impl Journal {
             kind: cfg.kind,
             parts,
             fill_threshold,
+            slot_crc: Box::new(CrcShift::new(geo.block_size as usize)),
             status: AtomicU8::new(RUNNING),
             shutdown: AtomicBool::new(false),
             stage: Staging::new(cfg.kind, rec.epoch + 1),
@@ -704,6 +707,27 @@ impl Inner {
 /// as a kernel spinlock would; parking at once would make every hand-off
 /// pay a futex wake-up, which is many times the critical section (a lock
 /// convoy).
+/// Start fetching `x`'s cache line for writing (`prefetchw`), so that a
+/// write to it a little later does not stall on the transfer from another
+/// core. Only a hint: it changes no memory.
+#[inline]
+fn prefetch_write<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetchw` reads nothing into registers and writes no memory
+    // (it only moves the line into this core's cache, exclusive); the
+    // address is that of a live reference. CPUs without PRFCHW execute the
+    // encoding as a no-op.
+    unsafe {
+        std::arch::asm!(
+            "prefetchw [{0}]",
+            in(reg) x as *const T,
+            options(nostack, preserves_flags, readonly)
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
 fn lock_spinning<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
     let backoff = Backoff::new();
     loop {

@@ -9,7 +9,10 @@ use crossbeam::utils::Backoff;
 use parking_lot::{Condvar, Mutex};
 
 use super::partition::{index_shard, Partition};
-use super::{keep_scratch, lock_spinning, mutated, DroppedFlush, Inner, JournalKind, Result, TxId};
+use super::{
+    keep_scratch, lock_spinning, mutated, prefetch_write, DroppedFlush, Inner, JournalKind, Result,
+    TxId,
+};
 use crate::error::JournalError;
 use crate::layout::{SlotHeader, FLAG_ABORTED, FLAG_AT, FLAG_STAGED, SLOT_HEADER};
 use crate::protocol::{CachePadded, Epochs};
@@ -178,6 +181,20 @@ impl Inner {
         self.check_buf(block, data.len())?;
         let p = self.partition_of(block);
         let part = &self.parts[p];
+        // The claim below writes a line the other stagers write too (the
+        // ring head, or the baselines' lock): ask for it now and checksum
+        // the payload (it does not depend on the slot) while it arrives,
+        // instead of stalling on the claim's miss and checksumming after.
+        // The single-lock baseline checksums under its lock, as before.
+        let early_crc = if self.kind == JournalKind::SingleLock {
+            None
+        } else {
+            match self.stage.global_lock.as_ref() {
+                Some(lock) => prefetch_write(lock),
+                None => prefetch_write(&*part.ring.head),
+            }
+            Some(crc32c::crc32c(data))
+        };
         let mut guard = self.stage.global_lock.as_ref().map(lock_spinning);
         // The tail only grows, so one read before the claim is enough to
         // know the slot is free (the common case: no second read).
@@ -214,13 +231,14 @@ impl Inner {
             drop(guard.take());
         }
         let off = self.geo.slot_offset_at(p, index);
+        let payload_crc = early_crc.unwrap_or_else(|| crc32c::crc32c(data));
         let header = SlotHeader {
             pos,
             block,
             txid,
             epoch,
         }
-        .encode(data);
+        .encode_with(data.len(), payload_crc, &self.slot_crc);
         // SAFETY: position `pos` was handed to this stager alone by the
         // `fetch_add` above and lies inside the ring's free space (`pos <
         // tail + slots`), so no other thread reads or writes this slot until
