@@ -30,8 +30,7 @@ pub enum FormatError {
     /// record before it, which recovery would fall back to, is gone.
     #[error(
         "commit record {seq} was cut short before its slots were written, \
-         and record {} before it is missing or corrupt",
-        seq - 1
+         and the record before it is missing or corrupt"
     )]
     TornCommitWithoutPredecessor {
         /// Sequence number of the cut-short record.

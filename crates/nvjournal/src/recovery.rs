@@ -28,7 +28,10 @@ pub(crate) fn recover(
     // the record before it (durable before it was written) holds.
     let (last, torn_commit) = match newest.digest {
         Some(digest) => {
-            let prev = record_with_seq(region, geo, newest.seq - 1)
+            let prev = newest
+                .seq
+                .checked_sub(1)
+                .and_then(|seq| record_with_seq(region, geo, seq))
                 .ok_or(FormatError::TornCommitWithoutPredecessor { seq: newest.seq })?;
             if digest_on_media(region, geo, &newest, &prev) == digest {
                 (newest, false)
@@ -162,4 +165,50 @@ fn digest_on_media(region: &dyn Persist, geo: &Geometry, rec: &Record, prev: &Re
         }
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ptsd_blockdev::{BlockDevice, MemDevice};
+
+    use super::*;
+    use crate::{CrashRegion, Journal, JournalConfig};
+
+    /// A corrupt commit area whose only record claims a digest the slots
+    /// do not match, at sequence 0 (no record before it can exist): a
+    /// typed error, no underflow.
+    #[test]
+    fn a_torn_digest_record_without_a_predecessor_is_an_error() {
+        let region = CrashRegion::new(1 << 20);
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 64).unwrap());
+        let j =
+            Journal::create(region.clone(), dev.clone(), JournalConfig::partitioned(1)).unwrap();
+        let geo = j.geometry().clone();
+        j.close().unwrap();
+        drop(j);
+        let area = vec![0u8; (geo.record_size * u64::from(geo.record_count)) as usize];
+        region.write(geo.commit_offset as usize, &area);
+        for seq in [0, 5] {
+            let rec = Record {
+                kind: RecordKind::Commit,
+                seq,
+                epoch: 0,
+                excluded: Vec::new(),
+                heads: vec![0],
+                tails: vec![0],
+                digest: Some(1),
+            };
+            write_record(&region, &geo, &rec);
+            let err = recover(&region, dev.as_ref(), &geo).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    JournalError::Format(FormatError::TornCommitWithoutPredecessor { seq: s }) if s == seq
+                ),
+                "{err}"
+            );
+        }
+    }
 }
