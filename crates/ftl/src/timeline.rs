@@ -14,7 +14,6 @@ use crate::fastdiv::Divisor;
 /// ever takes) can never be used, so it is merged away at once: lists stay
 /// short and searches find the same starts as with every gap kept.
 #[derive(Debug, Clone)]
-#[repr(align(64))] // one cache line per resource: they are touched at random
 pub(crate) struct Intervals {
     /// `busy[head..]`: sorted, disjoint, separated by gaps of at least
     /// `min_gap`. `busy[..head]` ended by `now` (dropped in bulk later).
@@ -188,10 +187,21 @@ impl Intervals {
 }
 
 /// Index of the first interval of `list` (sorted) that ends after `t`
-/// (`list.len()` if none).
+/// (`list.len()` if none): a galloping search from the front, where the
+/// intervals near `now` are, so a step or two in the common cases.
 #[inline(always)]
 fn first_ending_after(list: &[(u64, u64)], t: u64) -> usize {
-    list.partition_point(|&(_, end)| end <= t)
+    let mut lo = 0;
+    let mut hi = 1;
+    while lo < list.len() && list[lo].1 <= t {
+        if hi >= list.len() || list[hi].1 > t {
+            let hi = hi.min(list.len());
+            return lo + 1 + list[lo + 1..hi].partition_point(|&(_, end)| end <= t);
+        }
+        lo = hi;
+        hi = 2 * hi + 1;
+    }
+    lo
 }
 
 /// Reserved intervals of every chip and every channel.
