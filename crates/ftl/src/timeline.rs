@@ -270,14 +270,15 @@ impl Timeline {
     #[inline(always)]
     fn place(&mut self, chip: u32, t: u64, pre: u64, xfer: u64, post: u64) -> u64 {
         match self.place_before(chip, t, pre, xfer, post, None, true) {
-            Some(end) => end,
-            None => unreachable!("placement without a deadline always succeeds"),
+            Ok(end) => end,
+            Err(_) => unreachable!("placement without a deadline always succeeds"),
         }
     }
 
     /// [`place`](Self::place), but only if the operation starts before
     /// `before` (if given); with `reserve` false only the check is made.
-    /// Returns its end, or `None` (nothing reserved).
+    /// Returns its end, or (nothing reserved) a lower bound on its start:
+    /// it only moves later, as reservations are only added.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn place_before(
@@ -289,7 +290,7 @@ impl Timeline {
         post: u64,
         before: Option<u64>,
         reserve: bool,
-    ) -> Option<u64> {
+    ) -> Result<u64, u64> {
         debug_assert!(t >= self.now, "placed at {t} before now {}", self.now);
         let now = self.now;
         let ch = self.channel_of(chip);
@@ -299,12 +300,12 @@ impl Timeline {
         if xfer == 0 {
             let (s, at) = chip.find(t, total);
             if before.is_some_and(|b| s >= b) {
-                return None;
+                return Err(s);
             }
             if reserve {
                 chip.reserve_at(at, s, total);
             }
-            return Some(s + total);
+            return Ok(s + total);
         }
         let channel = &mut self.channels[ch];
         channel.prune(now);
@@ -313,7 +314,7 @@ impl Timeline {
             let (start, at) = chip.find(s, total);
             s = start;
             if before.is_some_and(|b| s >= b) {
-                return None;
+                return Err(s);
             }
             let (x, xi) = channel.find(s + pre, xfer);
             if x == s + pre {
@@ -325,12 +326,15 @@ impl Timeline {
             channel.reserve_at(xi, x, xfer);
             chip.reserve_at(at, s, total);
         }
-        Some(s + total)
+        Ok(s + total)
     }
 
     /// A page read (as [`read`](Self::read)) in `chip`'s idle time: placed
     /// only if it starts before `before`.
-    pub fn read_before(&mut self, chip: u32, t: u64, before: u64) -> Option<u64> {
+    /// On failure, a lower bound on the read's start (as for
+    /// [`gc_step_or_start`](Self::gc_step_or_start)): no later call from
+    /// `t` or later can place it before that.
+    pub fn read_before(&mut self, chip: u32, t: u64, before: u64) -> Result<u64, u64> {
         self.place_before(chip, t, self.t_read, self.t_xfer, 0, Some(before), true)
     }
 
@@ -338,7 +342,7 @@ impl Timeline {
     /// `before` (nothing is reserved).
     pub fn program_fits_before(&mut self, chip: u32, t: u64, before: u64) -> bool {
         self.place_before(chip, t, 0, self.t_xfer, self.t_prog, Some(before), false)
-            .is_some()
+            .is_ok()
     }
 
     /// Page read: the chip senses the page, then it crosses the channel.
@@ -515,14 +519,14 @@ mod tests {
         // A host program on chip 0 at 300: [300, 710).
         assert_eq!(tl.program(0, 300), 710);
         // A read (110) fits in [0, 300): placed.
-        assert_eq!(tl.read_before(0, 0, 300), Some(110));
+        assert_eq!(tl.read_before(0, 0, 300), Ok(110));
         // A program (410) does not fit before it; the check reserves nothing.
         assert!(!tl.program_fits_before(0, 110, 300));
         assert!(tl.program_fits_before(0, 110, 711));
         assert_eq!(tl.program(0, 110), 710 + 410);
         // The channel counts: chip 1's read waits for chip 0's transfers.
-        assert_eq!(tl.read_before(1, 0, 1), None);
-        assert_eq!(tl.read_before(1, 0, 200), Some(120));
+        assert_eq!(tl.read_before(1, 0, 1), Err(10));
+        assert_eq!(tl.read_before(1, 0, 200), Ok(120));
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub(super) struct MapWork {
     /// The sequence number when queued: a later write of the page makes
     /// this one moot.
     seq: u64,
+    /// The read of the page's copy at `read_at` cannot start before this
+    /// (a failed try's bound; `from` and the reservations only grow), so
+    /// the pump before each host operation need not search for it again.
+    read_not_before: u64,
+    read_at: u32,
 }
 
 impl Ssd {
@@ -116,7 +121,16 @@ impl Ssd {
                 }
             }
         }
-        let mut order: Vec<u32> = (0..chips).collect();
+        self.alloc_by_free_count(stream, t)
+    }
+
+    /// [`alloc_striped`](Self::alloc_striped) when every chip has a GC
+    /// job: the chip with the most free blocks first. Rare, and kept out of
+    /// line so the round robin's path stays short.
+    #[cold]
+    #[inline(never)]
+    fn alloc_by_free_count(&mut self, stream: Stream, t: u64) -> Result<u32, FtlError> {
+        let mut order: Vec<u32> = (0..self.g.chips).collect();
         order.sort_by_key(|&c| std::cmp::Reverse(self.flash.free_count(c)));
         for chip in order {
             if let Some(p) = self.alloc(stream, chip, t)? {
@@ -266,9 +280,16 @@ impl Ssd {
         if w.read_first {
             let p = self.gtd[m];
             if p != UNMAPPED {
-                let chip = self.flash.chip_of(p);
-                let Some(end) = self.tl.read_before(chip, from, before) else {
+                if p == w.read_at && before <= w.read_not_before {
                     return Ok(Some(w));
+                }
+                let chip = self.flash.chip_of(p);
+                let end = match self.tl.read_before(chip, from, before) {
+                    Ok(end) => end,
+                    Err(start) => {
+                        (w.read_not_before, w.read_at) = (start, p);
+                        return Ok(Some(w));
+                    }
                 };
                 self.horizon = self.horizon.max(end);
                 self.count_map_read(Cause::Gc);
@@ -558,6 +579,8 @@ impl Ssd {
                         read_first,
                         ready: t,
                         seq: self.seq,
+                        read_not_before: 0,
+                        read_at: UNMAPPED,
                     });
                 }
             }
