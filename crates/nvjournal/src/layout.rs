@@ -300,7 +300,7 @@ pub(crate) fn slot_term(partition: usize, pos: u64, crc: u32) -> u64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     };
-    mix(pos ^ mix(((partition as u64) << 32 | u64::from(crc)) ^ 0x9E37_79B9_7F4A_7C15))
+    mix(pos ^ mix((((partition as u64) << 32) | u64::from(crc)) ^ 0x9E37_79B9_7F4A_7C15))
 }
 
 impl Record {
@@ -434,7 +434,7 @@ impl CrcShift {
         for (k, t) in table.iter_mut().enumerate() {
             for (b, e) in t.iter_mut().enumerate() {
                 *e = (0..8)
-                    .filter(|j| b >> j & 1 == 1)
+                    .filter(|j| (b >> j) & 1 == 1)
                     .fold(0, |acc, j| acc ^ bit[8 * k + j]);
             }
         }
@@ -447,8 +447,8 @@ impl CrcShift {
     pub(crate) fn combine(&self, crc_a: u32, crc_b: u32) -> u32 {
         let t = &self.table;
         t[0][(crc_a & 0xff) as usize]
-            ^ t[1][(crc_a >> 8 & 0xff) as usize]
-            ^ t[2][(crc_a >> 16 & 0xff) as usize]
+            ^ t[1][((crc_a >> 8) & 0xff) as usize]
+            ^ t[2][((crc_a >> 16) & 0xff) as usize]
             ^ t[3][(crc_a >> 24) as usize]
             ^ crc_b
     }
