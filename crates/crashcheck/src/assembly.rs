@@ -14,7 +14,7 @@ use std::time::Duration;
 use ptsd_blockdev::CrashDevice;
 use ptsd_fs::{FileSystem, Store, StoreError, StoreTxn};
 use ptsd_ftl::{FtlConfig, Ssd, Variant};
-use ptsd_nvjournal::{CrashRegion, JournalConfig, Persist, RegionMode};
+use ptsd_nvjournal::{CrashRegion, JournalConfig};
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec, StoreHook};
 
 /// Logical bytes of the emulated SSD the file system lives on.
@@ -99,11 +99,7 @@ impl Media {
     /// One post-crash state of both media, drawn with `seed`.
     pub fn crash_copy(&self, seed: u64) -> Self {
         Self {
-            region: if self.region.mode() == RegionMode::Msync {
-                CrashRegion::from_image_msync(self.region.crash_image(seed))
-            } else {
-                CrashRegion::from_image(self.region.crash_image(seed))
-            },
+            region: self.region.crash_copy(seed),
             image: Arc::new(self.image.crash_copy(seed)),
             ftl: self.ftl.clone(),
         }

@@ -135,6 +135,13 @@ impl CrashRegion {
         self.inner.state.lock().events
     }
 
+    /// A region holding [`crash_image`](Self::crash_image)`(seed)`, of
+    /// this region's flavour (persistent memory or msync): the media a
+    /// restart after the crash finds.
+    pub fn crash_copy(&self, seed: u64) -> Self {
+        Self::build(self.crash_image(seed), self.inner.msync)
+    }
+
     /// The media after the crash: every durable line, and for each line
     /// with newer unflushed contents, a seeded coin decides whether the
     /// newer contents had reached the media (in the msync flavour, per

@@ -701,12 +701,6 @@ impl Inner {
     }
 }
 
-/// Take a lock that is held for about a microsecond at a time (the
-/// baseline's journal lock, the durable-state lock): spin and then yield
-/// with crossbeam's exponential [`Backoff`] before sleeping in the kernel,
-/// as a kernel spinlock would; parking at once would make every hand-off
-/// pay a futex wake-up, which is many times the critical section (a lock
-/// convoy).
 /// Start fetching `x`'s cache line for writing (`prefetchw`), so that a
 /// write to it a little later does not stall on the transfer from another
 /// core. Only a hint: it changes no memory.
@@ -728,6 +722,12 @@ fn prefetch_write<T>(x: &T) {
     let _ = x;
 }
 
+/// Take a lock that is held for about a microsecond at a time (the
+/// baseline's journal lock, the durable-state lock): spin and then yield
+/// with crossbeam's exponential [`Backoff`] before sleeping in the kernel,
+/// as a kernel spinlock would; parking at once would make every hand-off
+/// pay a futex wake-up, which is many times the critical section (a lock
+/// convoy).
 fn lock_spinning<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
     let backoff = Backoff::new();
     loop {

@@ -174,13 +174,8 @@ fn crash_run(
         region.crash_now();
     }
     drop(j);
-    let image = region.crash_image(seed);
+    let reopened = region.crash_copy(seed);
     let dev2: Arc<dyn BlockDevice> = Arc::new(dev.reopen());
-    let reopened = if msync {
-        CrashRegion::from_image_msync(image)
-    } else {
-        CrashRegion::from_image(image)
-    };
     let (j2, report) = Journal::open(reopened, dev2, cfg)
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     verify(&j2, &histories, threads, &what);
@@ -427,13 +422,8 @@ fn commit_excludes_open_transactions() {
                 j.commit().unwrap();
             });
         });
-        let recover = |image: Vec<u8>| {
+        let recover = |region: CrashRegion| {
             let dev2: Arc<dyn BlockDevice> = Arc::new(dev.reopen());
-            let region = if msync {
-                CrashRegion::from_image_msync(image)
-            } else {
-                CrashRegion::from_image(image)
-            };
             let (j2, report) = Journal::open(region, dev2, cfg.clone()).unwrap();
             assert!(!report.torn_commit, "{kind:?}: a synced commit looked torn");
             let mut got = Vec::new();
@@ -444,7 +434,7 @@ fn commit_excludes_open_transactions() {
             }
             got
         };
-        let got = recover(region.crash_image(5));
+        let got = recover(region.crash_copy(5));
         assert_eq!(got[0], vec![0u8; BS], "{kind:?}: open transaction replayed");
         assert_eq!(got[1], vec![0u8; BS], "{kind:?}: open transaction replayed");
         assert_eq!(
@@ -454,7 +444,7 @@ fn commit_excludes_open_transactions() {
         );
         open.finish().unwrap();
         j.commit().unwrap();
-        let got = recover(region.crash_image(6));
+        let got = recover(region.crash_copy(6));
         assert_eq!(
             got[0],
             value(1, 1, 1),

@@ -291,12 +291,13 @@ impl Inner {
         // digest of them that recovery checks (one `fdatasync` per commit,
         // not a second one to order the record after the slots); a
         // version-2 journal syncs the slots first, as it always did.
-        if self.region.mode() == RegionMode::Msync && !self.geo.digest_records() {
+        let msync = self.region.mode() == RegionMode::Msync;
+        let one_sync = msync && self.geo.digest_records();
+        if msync && !one_sync {
             self.region
                 .sync()
                 .map_err(|e| self.fail(Failure::RegionSync(e)))?;
         }
-        let one_sync = self.region.mode() == RegionMode::Msync && self.geo.digest_records();
         let g = self.stage.global_lock.as_ref().map(lock_spinning);
         {
             let mut d = lock_spinning(&self.committing.durable);
