@@ -1,0 +1,292 @@
+//! What one file-system operation costs on the default stack (emulated SSD,
+//! journal file), in-process: no FUSE, no kernel, so the figure is ptsd's
+//! own share of a FUSE benchmark's time.
+//!
+//! ```text
+//! cargo run --release -p ptsd-stack --example op_cost -- creates DIR [FILES]
+//! cargo run --release -p ptsd-stack --example op_cost -- cold-read DIR [MIB]
+//! ```
+//!
+//! `creates`: the tokubench-like file (lookup, create, one 4 KiB write,
+//! getattr, release; 1000 per directory), timed per call, with the blocks
+//! and transactions each file journals and the process CPU per file
+//! (every thread: the checkpointers' and the image writer's work included,
+//! measured after a settle pause so the background catches up).
+//! `cold-read`: writes a file of MIB MiB, remounts, and reads it back in
+//! 1 MiB calls four times, each after dropping the page cache (root only),
+//! printing throughput and process CPU per MiB. DIR is the data directory
+//! (a fresh one gives a fresh SSD image); the journal is
+//! `/dev/shm/op_cost-PID.journal`, removed at the end. `FILL=F` sets the
+//! journal's checkpoint fill level (`JournalConfig::checkpoint_fill`),
+//! `JMIB=N` its size in MiB, for experiments.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ptsd_fs::store::StoreTxn;
+use ptsd_fs::{Caller, Store, StoreError};
+use ptsd_stack::{DeviceSpec, JournalSpec, Stack, StackSpec, StoreHook};
+
+const ROOT: Caller = Caller { uid: 0, gid: 0 };
+
+/// Counts the blocks and transactions the file system hands its store.
+struct Counting {
+    inner: Arc<dyn Store>,
+    blocks: Arc<AtomicU64>,
+    txns: Arc<AtomicU64>,
+}
+
+struct CountingTxn<'a> {
+    inner: Box<dyn StoreTxn + 'a>,
+    blocks: Arc<AtomicU64>,
+    txns: Arc<AtomicU64>,
+}
+
+impl StoreTxn for CountingTxn<'_> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.blocks.fetch_add(1, Ordering::Relaxed);
+        self.inner.write(blk, data)
+    }
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+        self.inner.write_ordered(blk, data)
+    }
+    fn finish(self: Box<Self>) -> Result<(), StoreError> {
+        self.txns.fetch_add(1, Ordering::Relaxed);
+        self.inner.finish()
+    }
+}
+
+impl Store for Counting {
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.inner.read(blk, buf)
+    }
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.inner.read_run(blk, buf)
+    }
+    fn begin(&self) -> Box<dyn StoreTxn + '_> {
+        Box::new(CountingTxn {
+            inner: self.inner.begin(),
+            blocks: self.blocks.clone(),
+            txns: self.txns.clone(),
+        })
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        self.inner.sync()
+    }
+    fn checkpoint(&self) -> Result<(), StoreError> {
+        self.inner.checkpoint()
+    }
+    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+        self.inner.write_super(block)
+    }
+    fn close(&self) -> Result<(), StoreError> {
+        self.inner.close()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// CPU seconds of every thread of this process so far.
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    // SAFETY: sysconf only reads its integer argument.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11).unwrap_or(0.0) + ticks(12).unwrap_or(0.0)) / hz
+}
+
+fn spec(dir: &Path, journal: &Path) -> StackSpec {
+    let mut s = StackSpec::new(
+        DeviceSpec::DataDir(dir.to_path_buf()),
+        JournalSpec::File(journal.to_path_buf()),
+    );
+    if let Some(f) = std::env::var("FILL").ok().and_then(|v| v.parse().ok()) {
+        s.journal_config.checkpoint_fill = f;
+    }
+    if let Some(m) = std::env::var("JMIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        s.journal_bytes = m << 20;
+    }
+    s
+}
+
+fn creates(dir: &Path, journal: &Path, files: u64) {
+    let blocks = Arc::new(AtomicU64::new(0));
+    let txns = Arc::new(AtomicU64::new(0));
+    let mut s = spec(dir, journal);
+    let (b, t) = (blocks.clone(), txns.clone());
+    s.store_hook = Some(StoreHook(Arc::new(move |inner| {
+        Arc::new(Counting {
+            inner,
+            blocks: b.clone(),
+            txns: t.clone(),
+        }) as Arc<dyn Store>
+    })));
+    let stack = Stack::open(s).expect("opening the stack");
+    let fs = stack.fs().clone();
+    let top = fs
+        .mkdir(
+            fs.root(),
+            format!("op_cost-{}", std::process::id()).as_bytes(),
+            0o755,
+            ROOT,
+        )
+        .expect("mkdir")
+        .ino;
+    let data = vec![0x5a_u8; 4096];
+    let mut spent = [Duration::ZERO; 5];
+    let mut parent = top;
+    let (mut slowest, mut stalls, mut stalled) = (Duration::ZERO, Duration::ZERO, 0u64);
+    let (blocks0, txns0) = (blocks.load(Ordering::Relaxed), txns.load(Ordering::Relaxed));
+    let stats0 = stack.store().journal().stats();
+    let (cpu0, wall0) = (process_cpu(), Instant::now());
+    for i in 0..files {
+        if i % 1000 == 0 {
+            parent = fs
+                .mkdir(top, format!("d{:05}", i / 1000).as_bytes(), 0o755, ROOT)
+                .expect("mkdir")
+                .ino;
+        }
+        let name = format!("f{:04}", i % 1000);
+        let began = Instant::now();
+        let mut lap = began;
+        let mut step = |k: usize| {
+            let now = Instant::now();
+            spent[k] += now - lap;
+            lap = now;
+        };
+        let _ = fs.lookup(parent, name.as_bytes());
+        step(0);
+        let a = fs
+            .create(parent, name.as_bytes(), 0o644, ROOT)
+            .expect("create");
+        step(1);
+        fs.write(a.ino, 0, &data).expect("write");
+        step(2);
+        fs.getattr(a.ino).expect("getattr");
+        step(3);
+        fs.release(a.ino).expect("release");
+        step(4);
+        let took = began.elapsed();
+        slowest = slowest.max(took);
+        if took >= Duration::from_millis(1) {
+            stalls += took;
+            stalled += 1;
+        }
+    }
+    let wall = wall0.elapsed();
+    std::thread::sleep(Duration::from_millis(1500));
+    let cpu = process_cpu() - cpu0;
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / files as f64;
+    println!(
+        "{files} files in {:.2} s: {:.1} us per file in the calling thread \
+         (lookup {:.1}, create {:.1}, write {:.1}, getattr {:.1}, release {:.1})",
+        wall.as_secs_f64(),
+        per(wall),
+        per(spent[0]),
+        per(spent[1]),
+        per(spent[2]),
+        per(spent[3]),
+        per(spent[4]),
+    );
+    println!(
+        "process CPU {:.1} us per file (all threads, 1.5 s settle included); \
+         {:.2} blocks in {:.2} transactions journaled per file",
+        cpu * 1e6 / files as f64,
+        (blocks.load(Ordering::Relaxed) - blocks0) as f64 / files as f64,
+        (txns.load(Ordering::Relaxed) - txns0) as f64 / files as f64,
+    );
+    println!(
+        "{stalled} files took 1 ms or more, {:.0} ms in all ({:.1} % of the time); slowest {:.1} ms",
+        stalls.as_secs_f64() * 1e3,
+        stalls.as_secs_f64() * 100.0 / wall.as_secs_f64(),
+        slowest.as_secs_f64() * 1e3,
+    );
+    let st = stack.store().journal().stats();
+    println!(
+        "journal: {} checkpoints, {:.2} blocks checkpointed per file, {} stage waits for ring space",
+        st.checkpoints - stats0.checkpoints,
+        (st.checkpointed_blocks - stats0.checkpointed_blocks) as f64 / files as f64,
+        st.backpressure_waits - stats0.backpressure_waits,
+    );
+    drop(fs);
+    stack.close().expect("closing the stack");
+}
+
+fn cold_read(dir: &Path, journal: &Path, mib: u64) {
+    let name = format!("op_cost-{}", std::process::id());
+    {
+        let stack = Stack::open(spec(dir, journal)).expect("opening the stack");
+        let fs = stack.fs().clone();
+        let a = fs
+            .create(fs.root(), name.as_bytes(), 0o644, ROOT)
+            .expect("create");
+        let chunk = vec![0x5a_u8; 1 << 20];
+        for i in 0..mib {
+            fs.write(a.ino, i << 20, &chunk).expect("write");
+        }
+        fs.fsync().expect("fsync");
+        fs.release(a.ino).expect("release");
+        drop(fs);
+        stack.close().expect("closing the stack");
+    }
+    let stack = Stack::open(spec(dir, journal)).expect("reopening the stack");
+    let fs = stack.fs().clone();
+    let ino = fs.lookup(fs.root(), name.as_bytes()).expect("lookup").ino;
+    for _ in 0..4 {
+        if let Err(e) = std::fs::write("/proc/sys/vm/drop_caches", "3") {
+            println!("(page cache not dropped: {e}; the reads are not cold)");
+        }
+        let (cpu0, wall0) = (process_cpu(), Instant::now());
+        for i in 0..mib {
+            let got = fs.read(ino, i << 20, 1 << 20).expect("read");
+            assert_eq!(got.len(), 1 << 20, "short read at MiB {i}");
+        }
+        let wall = wall0.elapsed().as_secs_f64();
+        let cpu = process_cpu() - cpu0;
+        println!(
+            "cold read {:.0} MB/s, process CPU {:.0} us per MiB ({cpu:.2} s in {wall:.2} s)",
+            (mib << 20) as f64 / wall / 1e6,
+            cpu * 1e6 / mib as f64,
+        );
+    }
+    fs.unlink(fs.root(), name.as_bytes()).expect("unlink");
+    drop(fs);
+    stack.close().expect("closing the stack");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: op_cost creates DIR [FILES] | op_cost cold-read DIR [MIB]";
+    let (Some(mode), Some(dir)) = (args.get(1), args.get(2)) else {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    };
+    let dir = PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).expect("creating DIR");
+    let journal = PathBuf::from(format!("/dev/shm/op_cost-{}.journal", std::process::id()));
+    let n = |default: u64| args.get(3).map_or(default, |s| s.parse().expect("a count"));
+    match mode.as_str() {
+        "creates" => creates(&dir, &journal, n(200_000)),
+        "cold-read" => cold_read(&dir, &journal, n(512)),
+        _ => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
+    }
+    let _ = std::fs::remove_file(&journal);
+}
