@@ -31,7 +31,7 @@ use commit::Committing;
 use partition::Partition;
 pub use stage::Tx;
 use stage::{Space, Staging};
-use trigger::{FillLevel, Trigger};
+use trigger::Trigger;
 
 type Result<T> = std::result::Result<T, JournalError>;
 
@@ -74,9 +74,7 @@ pub struct JournalConfig {
     pub commit_records: u32,
     /// Start a background commit + checkpoint when a ring is this full (0..1).
     /// Above 0.75, [`Journal::begin`] commits and checkpoints itself when
-    /// it finds a ring over 3/4 full. The highest level: after a
-    /// transaction had to wait for ring space, rounds start at a quarter
-    /// (if lower) and climb back over rounds that nobody waited in.
+    /// it finds a ring over 3/4 full.
     pub checkpoint_fill: f64,
     /// Also commit + checkpoint in the background this often (None: only by
     /// fill level, backpressure and explicit calls).
@@ -197,7 +195,7 @@ pub(crate) struct Inner {
     kind: JournalKind,
     cfg: JournalConfig,
     parts: Vec<Partition>,
-    fill: FillLevel,
+    fill_threshold: u64,
     /// Combines a slot header's crc with its payload's (block-sized).
     slot_crc: Box<CrcShift>,
     status: AtomicU8,
@@ -353,7 +351,7 @@ impl Journal {
             device,
             kind: cfg.kind,
             parts,
-            fill: FillLevel::new(fill_threshold, geo.slots),
+            fill_threshold,
             slot_crc: Box::new(CrcShift::new(geo.block_size as usize)),
             status: AtomicU8::new(RUNNING),
             shutdown: AtomicBool::new(false),

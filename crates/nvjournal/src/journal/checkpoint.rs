@@ -297,7 +297,6 @@ impl Inner {
         }
         self.ckpt.blocks.fetch_add(blocks, Ordering::Relaxed);
         self.ckpt.rounds.fetch_add(1, Ordering::Relaxed);
-        self.fill.round_ended();
         let _s = self.space.lock.lock();
         self.space.cv.notify_all();
         Ok(())

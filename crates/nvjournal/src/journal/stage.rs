@@ -217,7 +217,7 @@ impl Inner {
         meta.publish_claim(pos, block, epoch);
         if !waited {
             let used = pos + 1 - tail;
-            if used >= self.fill.slots() {
+            if used >= self.fill_threshold {
                 self.kick_trigger();
             }
             if used >= self.high_water_slots() && !self.space.high_water.load(Ordering::Relaxed) {
@@ -269,7 +269,6 @@ impl Inner {
     fn wait_for_space(&self, p: usize, pos: u64, epoch: u64) -> Result<()> {
         let part = &self.parts[p];
         self.space.waits.fetch_add(1, Ordering::Relaxed);
-        self.fill.waited();
         loop {
             let tail = part.tail.load(Ordering::Acquire);
             if pos < tail + self.geo.slots {
@@ -316,7 +315,6 @@ impl Inner {
             return;
         }
         self.space.waits.fetch_add(1, Ordering::Relaxed);
-        self.fill.waited();
         // With the fill level above the mark, the trigger does not fire for
         // a ring at the mark, and a checkpoint frees only what is committed:
         // without commits (and no interval) this would wait forever. So the
@@ -324,7 +322,7 @@ impl Inner {
         // handle reservation does (and a single-threaded run stays
         // deterministic). With the fill level at or below the mark, the
         // kick below has the trigger do it.
-        let commit_here = self.fill.slots() > self.high_water_slots();
+        let commit_here = self.fill_threshold > self.high_water_slots();
         while over() && self.check_running().is_ok() && !self.shutdown.load(Ordering::SeqCst) {
             if commit_here {
                 let fin = self.stage.epochs.finished();
