@@ -21,76 +21,12 @@
 //! `JMIB=N` its size in MiB, for experiments.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptsd_fs::store::StoreTxn;
-use ptsd_fs::{Caller, Store, StoreError};
-use ptsd_stack::{DeviceSpec, JournalSpec, Stack, StackSpec, StoreHook};
+use ptsd_fs::Caller;
+use ptsd_stack::{DeviceSpec, JournalSpec, Stack, StackSpec};
 
 const ROOT: Caller = Caller { uid: 0, gid: 0 };
-
-/// Counts the blocks and transactions the file system hands its store.
-struct Counting {
-    inner: Arc<dyn Store>,
-    blocks: Arc<AtomicU64>,
-    txns: Arc<AtomicU64>,
-}
-
-struct CountingTxn<'a> {
-    inner: Box<dyn StoreTxn + 'a>,
-    blocks: Arc<AtomicU64>,
-    txns: Arc<AtomicU64>,
-}
-
-impl StoreTxn for CountingTxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
-        self.blocks.fetch_add(1, Ordering::Relaxed);
-        self.inner.write(blk, data)
-    }
-    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
-        self.inner.write_ordered(blk, data)
-    }
-    fn finish(self: Box<Self>) -> Result<(), StoreError> {
-        self.txns.fetch_add(1, Ordering::Relaxed);
-        self.inner.finish()
-    }
-}
-
-impl Store for Counting {
-    fn num_blocks(&self) -> u64 {
-        self.inner.num_blocks()
-    }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        self.inner.read(blk, buf)
-    }
-    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        self.inner.read_run(blk, buf)
-    }
-    fn begin(&self) -> Box<dyn StoreTxn + '_> {
-        Box::new(CountingTxn {
-            inner: self.inner.begin(),
-            blocks: self.blocks.clone(),
-            txns: self.txns.clone(),
-        })
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        self.inner.sync()
-    }
-    fn checkpoint(&self) -> Result<(), StoreError> {
-        self.inner.checkpoint()
-    }
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_super(block)
-    }
-    fn close(&self) -> Result<(), StoreError> {
-        self.inner.close()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
 
 /// CPU seconds of every thread of this process so far.
 fn process_cpu() -> f64 {
@@ -125,18 +61,7 @@ fn spec(dir: &Path, journal: &Path) -> StackSpec {
 }
 
 fn creates(dir: &Path, journal: &Path, files: u64) {
-    let blocks = Arc::new(AtomicU64::new(0));
-    let txns = Arc::new(AtomicU64::new(0));
-    let mut s = spec(dir, journal);
-    let (b, t) = (blocks.clone(), txns.clone());
-    s.store_hook = Some(StoreHook(Arc::new(move |inner| {
-        Arc::new(Counting {
-            inner,
-            blocks: b.clone(),
-            txns: t.clone(),
-        }) as Arc<dyn Store>
-    })));
-    let stack = Stack::open(s).expect("opening the stack");
+    let stack = Stack::open(spec(dir, journal)).expect("opening the stack");
     let fs = stack.fs().clone();
     let top = fs
         .mkdir(
@@ -151,7 +76,6 @@ fn creates(dir: &Path, journal: &Path, files: u64) {
     let mut spent = [Duration::ZERO; 5];
     let mut parent = top;
     let (mut slowest, mut stalls, mut stalled) = (Duration::ZERO, Duration::ZERO, 0u64);
-    let (blocks0, txns0) = (blocks.load(Ordering::Relaxed), txns.load(Ordering::Relaxed));
     let stats0 = stack.store().journal().stats();
     let (cpu0, wall0) = (process_cpu(), Instant::now());
     for i in 0..files {
@@ -189,6 +113,7 @@ fn creates(dir: &Path, journal: &Path, files: u64) {
         }
     }
     let wall = wall0.elapsed();
+    let journaled = stack.store().journal().stats();
     std::thread::sleep(Duration::from_millis(1500));
     let cpu = process_cpu() - cpu0;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / files as f64;
@@ -207,8 +132,8 @@ fn creates(dir: &Path, journal: &Path, files: u64) {
         "process CPU {:.1} us per file (all threads, 1.5 s settle included); \
          {:.2} blocks in {:.2} transactions journaled per file",
         cpu * 1e6 / files as f64,
-        (blocks.load(Ordering::Relaxed) - blocks0) as f64 / files as f64,
-        (txns.load(Ordering::Relaxed) - txns0) as f64 / files as f64,
+        (journaled.staged_blocks - stats0.staged_blocks) as f64 / files as f64,
+        (journaled.finished_txs - stats0.finished_txs) as f64 / files as f64,
     );
     println!(
         "{stalled} files took 1 ms or more, {:.0} ms in all ({:.1} % of the time); slowest {:.1} ms",
