@@ -64,6 +64,9 @@ enum Command {
 /// causes on separate lines and, when `RUST_BACKTRACE` is set in the
 /// user's environment, a backtrace of the binary for an ordinary error.
 fn main() -> std::process::ExitCode {
+    // Before any thread (and the mount's fork): freed buffers stay for
+    // reuse instead of being faulted in again (see its docs).
+    ptsd_stack::tune_malloc();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)

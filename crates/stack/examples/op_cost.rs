@@ -18,7 +18,9 @@
 //! (a fresh one gives a fresh SSD image); the journal is
 //! `/dev/shm/op_cost-PID.journal`, removed by the clean close. `FILL=F` sets the
 //! journal's checkpoint fill level (`JournalConfig::checkpoint_fill`),
-//! `JMIB=N` its size in MiB, for experiments.
+//! `JMIB=N` its size in MiB, for experiments. Malloc is tuned as the `ptsd`
+//! binary tunes it (`ptsd_stack::tune_malloc`); `MALLOC=default` keeps
+//! glibc's defaults, to compare.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -195,6 +197,9 @@ fn cold_read(dir: &Path, journal: &Path, mib: u64) {
 }
 
 fn main() {
+    if std::env::var("MALLOC").as_deref() != Ok("default") {
+        ptsd_stack::tune_malloc();
+    }
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: op_cost creates DIR [FILES] | op_cost cold-read DIR [MIB]";
     let (Some(mode), Some(dir)) = (args.get(1), args.get(2)) else {
