@@ -16,7 +16,8 @@ pub const TRIM_THRESHOLD: usize = 32 << 20;
 /// fresh `mmap` or a trimmed arena, so every page of it is faulted in and
 /// zeroed again: measured with `op_cost creates`, that was 15-20 % of the
 /// process's CPU per small file. The `ptsd` binary calls this first thing;
-/// an embedder serving a mount may too. Call it before threads start.
+/// an embedder serving a mount may too. Call it early: it shapes only the
+/// allocations made after it.
 /// Returns false where it does nothing (not glibc, or refused).
 ///
 /// ```
