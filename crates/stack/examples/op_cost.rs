@@ -14,7 +14,9 @@
 //! measured after a settle pause so the background catches up).
 //! `cold-read`: writes a file of MIB MiB, remounts, and reads it back in
 //! 1 MiB calls four times, each after dropping the page cache (root only),
-//! printing throughput and process CPU per MiB. DIR is the data directory
+//! printing throughput and process CPU per MiB; `THREADS=N` writes N files
+//! of MIB/N MiB at once and reads them back at once, as the FUSE bench's
+//! threads do. DIR is the data directory
 //! (a fresh one gives a fresh SSD image); the journal is
 //! `/dev/shm/op_cost-PID.journal`, removed by the clean close. `FILL=F` sets the
 //! journal's checkpoint fill level (`JournalConfig::checkpoint_fill`),
@@ -151,43 +153,71 @@ fn creates(dir: &Path, journal: &Path, files: u64) {
 }
 
 fn cold_read(dir: &Path, journal: &Path, mib: u64) {
-    let name = format!("op_cost-{}", std::process::id());
+    let threads: u64 = std::env::var("THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1u64)
+        .clamp(1, 64);
+    let per_thread = (mib / threads).max(1);
+    let names: Vec<String> = (0..threads)
+        .map(|t| format!("op_cost-{}-{t}", std::process::id()))
+        .collect();
     {
         let stack = Stack::open(spec(dir, journal)).expect("opening the stack");
         let fs = stack.fs().clone();
-        let a = fs
-            .create(fs.root(), name.as_bytes(), 0o644, ROOT)
-            .expect("create");
-        let chunk = vec![0x5a_u8; 1 << 20];
-        for i in 0..mib {
-            fs.write(a.ino, i << 20, &chunk).expect("write");
-        }
+        std::thread::scope(|s| {
+            for name in &names {
+                let fs = fs.clone();
+                s.spawn(move || {
+                    let a = fs
+                        .create(fs.root(), name.as_bytes(), 0o644, ROOT)
+                        .expect("create");
+                    let chunk = vec![0x5a_u8; 1 << 20];
+                    for i in 0..per_thread {
+                        fs.write(a.ino, i << 20, &chunk).expect("write");
+                    }
+                    fs.release(a.ino).expect("release");
+                });
+            }
+        });
         fs.fsync().expect("fsync");
-        fs.release(a.ino).expect("release");
         drop(fs);
         stack.close().expect("closing the stack");
     }
     let stack = Stack::open(spec(dir, journal)).expect("reopening the stack");
     let fs = stack.fs().clone();
-    let ino = fs.lookup(fs.root(), name.as_bytes()).expect("lookup").ino;
+    let inos: Vec<u64> = names
+        .iter()
+        .map(|n| fs.lookup(fs.root(), n.as_bytes()).expect("lookup").ino)
+        .collect();
+    let total = per_thread * threads;
     for _ in 0..4 {
         if let Err(e) = std::fs::write("/proc/sys/vm/drop_caches", "3") {
             println!("(page cache not dropped: {e}; the reads are not cold)");
         }
         let (cpu0, wall0) = (process_cpu(), Instant::now());
-        for i in 0..mib {
-            let got = fs.read(ino, i << 20, 1 << 20).expect("read");
-            assert_eq!(got.len(), 1 << 20, "short read at MiB {i}");
-        }
+        std::thread::scope(|s| {
+            for &ino in &inos {
+                let fs = fs.clone();
+                s.spawn(move || {
+                    for i in 0..per_thread {
+                        let got = fs.read(ino, i << 20, 1 << 20).expect("read");
+                        assert_eq!(got.len(), 1 << 20, "short read at MiB {i}");
+                    }
+                });
+            }
+        });
         let wall = wall0.elapsed().as_secs_f64();
         let cpu = process_cpu() - cpu0;
         println!(
-            "cold read {:.0} MB/s, process CPU {:.0} us per MiB ({cpu:.2} s in {wall:.2} s)",
-            (mib << 20) as f64 / wall / 1e6,
-            cpu * 1e6 / mib as f64,
+            "cold read {:.0} MB/s ({threads} threads), process CPU {:.0} us per MiB ({cpu:.2} s in {wall:.2} s)",
+            (total << 20) as f64 / wall / 1e6,
+            cpu * 1e6 / total as f64,
         );
     }
-    fs.unlink(fs.root(), name.as_bytes()).expect("unlink");
+    for name in &names {
+        fs.unlink(fs.root(), name.as_bytes()).expect("unlink");
+    }
     drop(fs);
     stack.close().expect("closing the stack");
 }
