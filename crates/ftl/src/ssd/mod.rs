@@ -162,8 +162,6 @@ pub struct Ssd {
     /// A host read's flash pages as (ppa, page of the request), reused.
     read_list: Vec<(u32, u32)>,
     moved: Vec<u32>,
-    /// Scratch of GC's mapping updates: moved LPNs by mapping page.
-    moved_by_page: [Vec<(u32, u32)>; 2],
     scratch: Vec<u8>,
     serving_read: bool,
     pub(crate) seq: u64,
@@ -281,7 +279,6 @@ impl Ssd {
             act_pool: (0..4).map(|_| Vec::with_capacity(64)).collect(),
             read_list: Vec::new(),
             moved: Vec::with_capacity(g.pages_per_block as usize),
-            moved_by_page: std::array::from_fn(|_| Vec::with_capacity(g.pages_per_block as usize)),
             scratch: if has_data { vec![0; page] } else { Vec::new() },
             serving_read: false,
             seq: 0,
@@ -350,7 +347,6 @@ impl Ssd {
             act_pool: self.act_pool.clone(),
             read_list: Vec::new(),
             moved: self.moved.clone(),
-            moved_by_page: Default::default(),
             scratch: self.scratch.clone(),
             serving_read: self.serving_read,
             seq: self.seq,
