@@ -215,6 +215,7 @@ impl Ssd {
         });
         // No step starts before the cursor.
         self.gc_not_before[c] = t;
+        self.gc_wake = self.gc_wake.min(t);
         self.gc_active.push(chip);
     }
 
@@ -222,10 +223,22 @@ impl Ssd {
     /// before `t` (called before the host's work at `t` is placed). A
     /// failure stops the device.
     pub(super) fn gc_pump(&mut self, t: u64) {
+        if t > self.gc_wake && !self.gc_pass(t) {
+            return;
+        }
+        self.gc_map_pump(t);
+    }
+
+    /// The pump's pass over the jobs; sets `gc_wake` to the least bound
+    /// left (a job started meanwhile lowers it itself). `false` if a
+    /// failure stopped the device.
+    fn gc_pass(&mut self, t: u64) -> bool {
+        self.gc_wake = u64::MAX;
         let mut i = 0;
         while i < self.gc_active.len() {
             let chip = self.gc_active[i];
             if t <= self.gc_not_before[chip as usize] {
+                self.gc_wake = self.gc_wake.min(self.gc_not_before[chip as usize]);
                 i += 1;
                 continue;
             }
@@ -237,15 +250,23 @@ impl Ssd {
                     Ok(_) => break,
                     Err(e) => {
                         self.fail(e);
-                        return;
+                        // (Not every job was looked at: no bound.)
+                        self.gc_wake = 0;
+                        return false;
                     }
                 }
             }
             // A finished job left the list (swap_remove): look at `i` again.
             if self.gc_active.get(i) == Some(&chip) {
+                self.gc_wake = self.gc_wake.min(self.gc_not_before[chip as usize]);
                 i += 1;
             }
         }
+        true
+    }
+
+    /// GC's mapping updates in the idle time before `t`.
+    fn gc_map_pump(&mut self, t: u64) {
         while let Some(&w) = self.gc_map_work.front() {
             match self.map_work_step(w, t) {
                 Ok(None) => {
