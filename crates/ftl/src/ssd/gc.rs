@@ -22,7 +22,6 @@
 use super::{Cause, Ssd, IN_BUFFER, UNMAPPED};
 use crate::bigvec::prefetch;
 use crate::error::FtlError;
-use crate::fastdiv::Divisor;
 use crate::flash::{Stream, INVALID, POOL_DATA, POOL_MAP, TRIM_OWNER};
 use crate::mapping::MapAction;
 use crate::store::{Oob, PageKind};
@@ -216,6 +215,7 @@ impl Ssd {
         });
         // No step starts before the cursor.
         self.gc_not_before[c] = t;
+        self.gc_wake = self.gc_wake.min(t);
         self.gc_active.push(chip);
     }
 
@@ -223,10 +223,22 @@ impl Ssd {
     /// before `t` (called before the host's work at `t` is placed). A
     /// failure stops the device.
     pub(super) fn gc_pump(&mut self, t: u64) {
+        if t > self.gc_wake && !self.gc_pass(t) {
+            return;
+        }
+        self.gc_map_pump(t);
+    }
+
+    /// The pump's pass over the jobs; sets `gc_wake` to the least bound
+    /// left (a job started meanwhile lowers it itself). `false` if a
+    /// failure stopped the device.
+    fn gc_pass(&mut self, t: u64) -> bool {
+        self.gc_wake = u64::MAX;
         let mut i = 0;
         while i < self.gc_active.len() {
             let chip = self.gc_active[i];
             if t <= self.gc_not_before[chip as usize] {
+                self.gc_wake = self.gc_wake.min(self.gc_not_before[chip as usize]);
                 i += 1;
                 continue;
             }
@@ -238,15 +250,23 @@ impl Ssd {
                     Ok(_) => break,
                     Err(e) => {
                         self.fail(e);
-                        return;
+                        // (Not every job was looked at: no bound.)
+                        self.gc_wake = 0;
+                        return false;
                     }
                 }
             }
             // A finished job left the list (swap_remove): look at `i` again.
             if self.gc_active.get(i) == Some(&chip) {
+                self.gc_wake = self.gc_wake.min(self.gc_not_before[chip as usize]);
                 i += 1;
             }
         }
+        true
+    }
+
+    /// GC's mapping updates in the idle time before `t`.
+    fn gc_map_pump(&mut self, t: u64) {
         while let Some(&w) = self.gc_map_work.front() {
             match self.map_work_step(w, t) {
                 Ok(None) => {
@@ -558,16 +578,18 @@ impl Ssd {
     /// write-backs that takes (see the module docs), ready at `t`.
     fn queue_moved_mappings(&mut self, moved: &mut [u32], t: u64) -> Result<(), FtlError> {
         // By mapping page, ascending (the order the write-backs queue in);
-        // within a page the order does not matter to any cache.
-        let mut by_page = std::mem::take(&mut self.moved_by_page);
-        sort_by_map_page(moved, self.per_map_page, &mut by_page);
-        let pages = &by_page[0];
+        // within a page the order does not matter to any cache. The
+        // mapping page of an LPN grows with it, so sorting the LPNs groups
+        // them (distinct LPNs: each had one valid copy in the victim).
+        moved.sort_unstable();
+        let div = self.per_map_page;
         let mut acts = self.take_acts();
         let mut i = 0;
         while i < moved.len() {
-            let mpn = pages[i].0;
+            let mpn = div.div(moved[i]);
+            // The group's end: the first LPN of a later mapping page.
             let mut j = i + 1;
-            while j < moved.len() && pages[j].0 == mpn {
+            while j < moved.len() && div.div(moved[j]) == mpn {
                 j += 1;
             }
             acts.clear();
@@ -586,7 +608,6 @@ impl Ssd {
             }
             i = j;
         }
-        self.moved_by_page = by_page;
         self.put_acts(acts);
         let bound = 2 * self.g.pages_per_block as usize;
         while self.gc_map_work.len() > bound {
@@ -606,40 +627,5 @@ fn wrap(x: u32, n: u32) -> u32 {
         x - n
     } else {
         x
-    }
-}
-
-/// Reorder `lpns` by mapping page, ascending (stable), leaving in
-/// `pairs[0]` each one's `(mapping page, lpn)` in the new order (`pairs[1]`
-/// is scratch). A radix sort on the page number, a byte at a time: a GC
-/// job moves up to a block of LPNs, and a comparison sort of them was
-/// several percent of random writes' instructions (and mispredicted
-/// branches).
-fn sort_by_map_page(lpns: &mut [u32], per_map_page: Divisor, pairs: &mut [Vec<(u32, u32)>; 2]) {
-    let [from, to] = pairs;
-    from.clear();
-    from.extend(lpns.iter().map(|&l| (per_map_page.div(l), l)));
-    to.clear();
-    to.resize(from.len(), (0, 0));
-    let top = from.iter().map(|p| p.0).max().unwrap_or(0);
-    let mut shift = 0;
-    while shift < 32 && (shift == 0 || top >> shift != 0) {
-        let mut count = [0usize; 257];
-        for &(m, _) in from.iter() {
-            count[((m >> shift) & 0xff) as usize + 1] += 1;
-        }
-        for b in 1..257 {
-            count[b] += count[b - 1];
-        }
-        for &p in from.iter() {
-            let b = ((p.0 >> shift) & 0xff) as usize;
-            to[count[b]] = p;
-            count[b] += 1;
-        }
-        std::mem::swap(from, to);
-        shift += 8;
-    }
-    for (l, p) in lpns.iter_mut().zip(from.iter()) {
-        *l = p.1;
     }
 }

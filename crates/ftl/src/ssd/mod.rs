@@ -148,6 +148,11 @@ pub struct Ssd {
     /// jobs that cannot step without touching them. Apart from the jobs
     /// (one dense array) because the pump reads it for every active chip.
     gc_not_before: Vec<u64>,
+    /// A lower bound on the active jobs' `gc_not_before` (`u64::MAX` with
+    /// none): the pump skips its pass over the jobs while its time is not
+    /// past it (most pumps; no job could step). Set exactly by each pass;
+    /// a new job lowers it; a step elsewhere only raises a job's bound.
+    gc_wake: u64,
     /// Bit `c`: chip `c` has a GC job (kept only with at most 64 chips), so
     /// that the round robins find the next chip without one in a few bit
     /// operations instead of a mispredicted test per chip.
@@ -162,8 +167,6 @@ pub struct Ssd {
     /// A host read's flash pages as (ppa, page of the request), reused.
     read_list: Vec<(u32, u32)>,
     moved: Vec<u32>,
-    /// Scratch of GC's mapping updates: moved LPNs by mapping page.
-    moved_by_page: [Vec<(u32, u32)>; 2],
     scratch: Vec<u8>,
     serving_read: bool,
     pub(crate) seq: u64,
@@ -274,6 +277,7 @@ impl Ssd {
             gc_jobs: vec![None; g.chips as usize],
             gc_active: Vec::with_capacity(g.chips as usize),
             gc_not_before: vec![0; g.chips as usize],
+            gc_wake: u64::MAX,
             gc_mask: 0,
             gc_map_work: VecDeque::new(),
             last_flush_end: 0,
@@ -281,7 +285,6 @@ impl Ssd {
             act_pool: (0..4).map(|_| Vec::with_capacity(64)).collect(),
             read_list: Vec::new(),
             moved: Vec::with_capacity(g.pages_per_block as usize),
-            moved_by_page: std::array::from_fn(|_| Vec::with_capacity(g.pages_per_block as usize)),
             scratch: if has_data { vec![0; page] } else { Vec::new() },
             serving_read: false,
             seq: 0,
@@ -343,6 +346,7 @@ impl Ssd {
             gc_jobs: self.gc_jobs.clone(),
             gc_active: self.gc_active.clone(),
             gc_not_before: self.gc_not_before.clone(),
+            gc_wake: self.gc_wake,
             gc_mask: self.gc_mask,
             gc_map_work: self.gc_map_work.clone(),
             last_flush_end: self.last_flush_end,
@@ -350,7 +354,6 @@ impl Ssd {
             act_pool: self.act_pool.clone(),
             read_list: Vec::new(),
             moved: self.moved.clone(),
-            moved_by_page: Default::default(),
             scratch: self.scratch.clone(),
             serving_read: self.serving_read,
             seq: self.seq,
