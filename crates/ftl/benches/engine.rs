@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ptsd_ftl::{FtlConfig, Ssd, Variant};
+use ptsd_ftl::{Ssd, Variant};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -32,13 +32,7 @@ fn run(ssd: &mut Ssd, rng: &mut SmallRng, requests: u64, read_pct: u32, sequenti
 }
 
 fn preconditioned(variant: Variant) -> Ssd {
-    let mut ssd = Ssd::new(FtlConfig::paper(variant, LOGICAL)).unwrap();
-    let mut rng = SmallRng::seed_from_u64(1);
-    let pages = ssd.logical_pages();
-    // Fill once sequentially, then a random overwrite pass: GC in steady state.
-    run(&mut ssd, &mut rng, pages, 0, true);
-    run(&mut ssd, &mut rng, pages / 2, 0, false);
-    ssd
+    common::preconditioned(variant, LOGICAL, QD)
 }
 
 fn engine(c: &mut Criterion) {

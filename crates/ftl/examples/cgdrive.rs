@@ -6,7 +6,7 @@
 //! `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured*' \
 //!   target/release/examples/cgdrive <variant> [n] [read_pct]` (`GIB=` sets the size, default 16)
 
-use ptsd_ftl::{FtlConfig, Ssd, Variant};
+use ptsd_ftl::{Ssd, Variant};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -24,11 +24,7 @@ fn main() {
     let n: u64 = args.get(2).map_or(100_000, |s| s.parse().unwrap());
     let read_pct: u32 = args.get(3).map_or(0, |s| s.parse().unwrap());
     let gib: u64 = std::env::var("GIB").map_or(16, |s| s.parse().unwrap());
-    let mut ssd = Ssd::new(FtlConfig::paper(variant, gib << 30)).unwrap();
-    let mut rng = SmallRng::seed_from_u64(1);
-    let pages = ssd.logical_pages();
-    common::bench_loop(&mut ssd, &mut rng, 128, pages, 0, true);
-    common::bench_loop(&mut ssd, &mut rng, 128, pages / 2, 0, false);
+    let mut ssd = common::preconditioned(variant, gib << 30, 128);
     let mut rng = SmallRng::seed_from_u64(2);
     ssd.refresh_stats();
     ssd.reset_stats();

@@ -6,7 +6,7 @@
 //!
 //! `cargo run --release -p ptsd-ftl --example steady -- <variant> [reps] [workload]`
 
-use ptsd_ftl::{FtlConfig, Ssd, Variant};
+use ptsd_ftl::{Ssd, Variant};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -37,11 +37,7 @@ fn main() {
     // Logical GiB (default 16, as in the bench): `GIB=1` shows what is
     // left when the arrays fit in cache.
     let gib: u64 = std::env::var("GIB").map_or(16, |s| s.parse().unwrap());
-    let mut ssd = Ssd::new(FtlConfig::paper(variant, gib << 30)).unwrap();
-    let mut rng = SmallRng::seed_from_u64(1);
-    let pages = ssd.logical_pages();
-    run(&mut ssd, &mut rng, pages, 0, true);
-    run(&mut ssd, &mut rng, pages / 2, 0, false);
+    let mut ssd = common::preconditioned(variant, gib << 30, QD);
     let mut rng = SmallRng::seed_from_u64(2);
     let mut out = format!("{:<10}", variant.name());
     for (name, pct) in [("randwrite", 0), ("randread", 100), ("mixed70r", 70)] {

@@ -159,25 +159,6 @@ const PREFETCH_GAP_BLOCKS: u64 = 64;
 
 /// Read payloads kept for reuse (one per reader thread is enough).
 const SPARE_BUFFERS: usize = 8;
-/// Merges sorted, disjoint extents `(first, count)` less than `gap` apart
-/// into spans covering the gaps between them.
-fn merge_within(extents: &mut Vec<(u64, u64)>, gap: u64) {
-    let mut merged: usize = 0;
-    for i in 0..extents.len() {
-        let (b, n) = extents[i];
-        match merged.checked_sub(1).map(|m| extents[m]) {
-            Some((first, count)) if b < first + count + gap => {
-                extents[merged - 1].1 = (b + n).max(first + count) - first;
-            }
-            _ => {
-                extents[merged] = (b, n);
-                merged += 1;
-            }
-        }
-    }
-    extents.truncate(merged);
-}
-
 /// Largest read payload kept (a FUSE read is at most 1 MiB).
 const SPARE_MAX_BYTES: usize = 1 << 20;
 
@@ -255,7 +236,7 @@ impl<C: Clock> SsdDevice<C> {
             g.ssd.image_extents(block, pages(count), &mut own);
             g.ssd.image_extents(block + count, pages(ahead), &mut next);
         }
-        merge_within(&mut next, PREFETCH_GAP_BLOCKS);
+        crate::ssd::merge_within(&mut next, PREFETCH_GAP_BLOCKS);
         for &(b, n) in own.iter().chain(&next) {
             image.prefetch(b, n);
         }
@@ -524,25 +505,5 @@ impl<C: Clock> BlockDevice for SsdDevice<C> {
             done += n;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::merge_within;
-
-    #[test]
-    fn prefetch_spans_cover_small_gaps_only() {
-        let mut e = vec![(0, 8), (16, 8), (100, 4), (164, 4), (200, 1)];
-        merge_within(&mut e, 64);
-        // 16 - 8 = 8 < 64: merged; 100 - 24 = 76: not; 164 - 104 = 60: merged;
-        // 200 - 168 = 32: merged.
-        assert_eq!(e, vec![(0, 24), (100, 101)]);
-        let mut e = vec![(0, 8), (8, 8)];
-        merge_within(&mut e, 0);
-        assert_eq!(e, vec![(0, 8), (8, 8)], "gap 0 merges nothing");
-        let mut e: Vec<(u64, u64)> = Vec::new();
-        merge_within(&mut e, 64);
-        assert!(e.is_empty());
     }
 }

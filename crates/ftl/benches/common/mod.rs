@@ -2,9 +2,9 @@
 //! (`benches/engine.rs`, `examples/{speed,steady,digest}.rs` include it by
 //! path): keep `qd` requests outstanding until `requests` have completed.
 
-use ptsd_ftl::{Done, Op, Payload, Request, Ssd};
+use ptsd_ftl::{Done, FtlConfig, Op, Payload, Request, Ssd, Variant};
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 /// Run a closed loop from the SSD's current time: `make(id)` builds
 /// request `id` (ids 0, 1, ...), `on_done` sees every completion.
@@ -81,4 +81,17 @@ pub fn bench_loop(
         one_page(rng, id, read_pct, pages, lpn)
     };
     closed_loop(ssd, qd, requests, make, |_| {});
+}
+
+/// A `bytes`-byte SSD of `variant` in the engine bench's steady state: filled
+/// once sequentially, then half a capacity of random overwrites (GC running),
+/// at queue depth `qd`, seed 1.
+#[allow(dead_code)] // not every includer uses it
+pub fn preconditioned(variant: Variant, bytes: u64, qd: u64) -> Ssd {
+    let mut ssd = Ssd::new(FtlConfig::paper(variant, bytes)).unwrap();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let pages = ssd.logical_pages();
+    bench_loop(&mut ssd, &mut rng, qd, pages, 0, true);
+    bench_loop(&mut ssd, &mut rng, qd, pages / 2, 0, false);
+    ssd
 }

@@ -4,6 +4,25 @@ use super::{Cause, Queued, Ssd, IN_BUFFER, MAX_TRIM_PAGES, UNMAPPED};
 use crate::error::FtlError;
 use crate::request::Request;
 
+/// Merges sorted extents `(first, count)` less than `gap` apart into spans
+/// covering the gaps between them (`gap` 1: adjacent ones only).
+pub(crate) fn merge_within(extents: &mut Vec<(u64, u64)>, gap: u64) {
+    let mut merged: usize = 0;
+    for i in 0..extents.len() {
+        let (b, n) = extents[i];
+        match merged.checked_sub(1).map(|m| extents[m]) {
+            Some((first, count)) if b < first + count + gap => {
+                extents[merged - 1].1 = (b + n).max(first + count) - first;
+            }
+            _ => {
+                extents[merged] = (b, n);
+                merged += 1;
+            }
+        }
+    }
+    extents.truncate(merged);
+}
+
 impl Ssd {
     // ---- host operations -------------------------------------------------
 
@@ -46,17 +65,7 @@ impl Ssd {
         }
         out.sort_unstable();
         out.dedup();
-        let mut merged = 0;
-        for i in 0..out.len() {
-            let (b, n) = out[i];
-            if merged > 0 && out[merged - 1].0 + out[merged - 1].1 == b {
-                out[merged - 1].1 += n;
-            } else {
-                out[merged] = (b, n);
-                merged += 1;
-            }
-        }
-        out.truncate(merged);
+        merge_within(out, 1);
     }
 
     pub(super) fn read_pages(
@@ -254,5 +263,25 @@ impl Ssd {
             self.store.sync()?;
         }
         Ok(end.max(self.horizon))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_within;
+
+    #[test]
+    fn prefetch_spans_cover_small_gaps_only() {
+        let mut e = vec![(0, 8), (16, 8), (100, 4), (164, 4), (200, 1)];
+        merge_within(&mut e, 64);
+        // 16 - 8 = 8 < 64: merged; 100 - 24 = 76: not; 164 - 104 = 60: merged;
+        // 200 - 168 = 32: merged.
+        assert_eq!(e, vec![(0, 24), (100, 101)]);
+        let mut e = vec![(0, 8), (8, 8)];
+        merge_within(&mut e, 0);
+        assert_eq!(e, vec![(0, 8), (8, 8)], "gap 0 merges nothing");
+        let mut e: Vec<(u64, u64)> = Vec::new();
+        merge_within(&mut e, 64);
+        assert!(e.is_empty());
     }
 }

@@ -31,6 +31,7 @@ mod queue;
 mod sim;
 mod wbuf;
 
+pub(crate) use host::merge_within;
 use payload::NoBuffers;
 pub use payload::{DataIo, Done, Payload};
 use wbuf::WriteBuffer;
