@@ -279,15 +279,16 @@ impl AllocCtx<'_> {
         self.guards.contains_key(&((blk / BITS_PER_GROUP) as usize))
     }
 
-    /// The changed bitmap blocks, sealed, to add to the transaction.
-    pub fn dirty_blocks(&self) -> Vec<(u64, Vec<u8>)> {
+    /// The changed bitmap blocks, sealed, to add to the transaction, each
+    /// with its crc32c.
+    pub fn dirty_blocks(&self) -> Vec<(u64, Vec<u8>, u32)> {
         self.dirty
             .iter()
             .map(|&g| {
                 let mut b = self.guards[&g].bits.clone();
                 debug_assert_eq!(b.len(), BLOCK_SIZE);
-                seal_bitmap(&mut b);
-                (self.alloc.bitmap_start + g as u64, b)
+                let crc = seal_bitmap(&mut b);
+                (self.alloc.bitmap_start + g as u64, b, crc)
             })
             .collect()
     }

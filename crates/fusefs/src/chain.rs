@@ -14,7 +14,7 @@
 //! or a punch) in an operation that does not hold their allocation group;
 //! they stay owned by the inode and a later change frees them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Range;
 
 use crate::alloc::AllocCtx;
@@ -24,6 +24,7 @@ use crate::format::{
     decode_overflow, encode_overflow, DiskInode, Extent, INLINE_EXTENTS, OVERFLOW_EXTENTS,
     SYMLINK_INLINE,
 };
+use crate::writes::Writes;
 
 /// Overflow blocks needed for `extents` extents.
 pub fn blocks_for(extents: usize) -> usize {
@@ -85,11 +86,12 @@ impl Chain {
         d: &mut DiskInode,
         ext: &mut ExtentMap,
         mut ctx: Option<&mut AllocCtx<'_>>,
-        w: &mut BTreeMap<u64, Vec<u8>>,
+        w: &mut Writes,
     ) -> Result<(), Errno> {
         if ext.version() == self.saved {
             // The extents (inline and chain) are as last written.
-            w.insert(d.ino, d.encode());
+            let (b, crc) = d.encode_sealed();
+            w.insert_with_crc(d.ino, b, crc);
             return Ok(());
         }
         // A short symlink target fills the inline extent area.
@@ -149,7 +151,8 @@ impl Chain {
         };
         d.nextents = total as u32;
         d.overflow = self.blocks.first().copied().unwrap_or(0);
-        w.insert(d.ino, d.encode());
+        let (b, crc) = d.encode_sealed();
+        w.insert_with_crc(d.ino, b, crc);
         for i in first_block..self.blocks.len() {
             let k = i - first_block;
             let lo = (k * OVERFLOW_EXTENTS).min(rest.len());
@@ -160,7 +163,7 @@ impl Chain {
             self.first[i] = rest[lo..hi].first().map(|e| e.lblk);
             if self.crc[i] != Some(crc) {
                 self.crc[i] = Some(crc);
-                w.insert(self.blocks[i], b);
+                w.insert_with_crc(self.blocks[i], b, crc);
             }
         }
         ext.mark_clean();
@@ -255,6 +258,7 @@ mod tests {
     use crate::alloc::{initial_bitmaps, Allocator};
     use crate::format::{Ts, BITS_PER_GROUP};
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     const INO: u64 = 3;
 
@@ -385,19 +389,19 @@ mod tests {
                 let before = ext.version();
                 apply(&mut ext, &mut model, op);
                 let grow = blocks_for(ext.len()).saturating_sub(chain.blocks().len()) as u64;
-                let mut w = BTreeMap::new();
+                let mut w = Writes::new();
                 if *hold || grow > 0 {
                     let lock = if *hold { chain.runs() } else { Vec::new() };
                     let mut ctx = alloc.prepare(grow, INO, &lock).unwrap();
                     chain.save(&mut d, &mut ext, Some(&mut ctx), &mut w).unwrap();
-                    for (blk, b) in ctx.dirty_blocks() {
-                        w.insert(blk, b);
+                    for (blk, b, crc) in ctx.dirty_blocks() {
+                        w.insert_with_crc(blk, b, crc);
                     }
                     ctx.commit();
                 } else {
                     chain.save(&mut d, &mut ext, None, &mut w).unwrap();
                 }
-                dev.extend(w);
+                dev.extend(w.into_blocks());
                 if *hold && ext.version() != before {
                     // A change made while holding the chain's groups frees
                     // every block the list no longer needs.

@@ -233,6 +233,11 @@ impl StoreTxn for CTxn<'_> {
         self.inner.write(blk, data)
     }
 
+    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), StoreError> {
+        self.record(blk, data)?;
+        self.inner.write_with_crc(blk, data, crc)
+    }
+
     /// Ordered data goes home before the transaction finishes; its crcs
     /// are in the transaction like any other (the block is new, so until
     /// the transaction is durable nothing reads it).

@@ -231,11 +231,12 @@ impl DirIndex {
     }
 
     /// Encode directory block `blk` of directory `owner`.
-    pub fn encode_block(&self, owner: u64, blk: u32) -> Vec<u8> {
+    /// Also returns the crc32c of the block.
+    pub fn encode_block(&self, owner: u64, blk: u32) -> (Vec<u8>, u32) {
         let b = &self.blocks[blk as usize];
         let mut out = b.image.to_vec();
-        seal_dir_block(&mut out, owner, b.positions.len() as u16, b.used);
-        out
+        let crc = seal_dir_block(&mut out, owner, b.positions.len() as u16, b.used);
+        (out, crc)
     }
 
     /// Entries with position `>= from`, in position order.
@@ -279,7 +280,7 @@ mod tests {
         }
         assert_eq!(d.num_blocks(), count_blocks);
         let blocks: Vec<Vec<RawDirent>> = (0..d.num_blocks() as u32)
-            .map(|b| decode_dir_block(&d.encode_block(7, b), 1, 7).unwrap())
+            .map(|b| decode_dir_block(&d.encode_block(7, b).0, 1, 7).unwrap())
             .collect();
         let r = DirIndex::from_blocks(blocks).unwrap();
         assert_eq!(r.len(), 600);
@@ -327,7 +328,7 @@ mod tests {
         }
         let mut seen = 0;
         for b in 0..d.num_blocks() as u32 {
-            let entries = decode_dir_block(&d.encode_block(7, b), 1, 7).unwrap();
+            let entries = decode_dir_block(&d.encode_block(7, b).0, 1, 7).unwrap();
             let mut last = 0;
             for e in &entries {
                 let got = d.get(&e.name).expect("a decoded entry is indexed");

@@ -193,8 +193,7 @@ pub struct StatFs {
 
 type IGuard = ArcMutexGuard<RawMutex, Inode>;
 
-/// Blocks to write in one transaction, keyed by block number.
-type Writes = BTreeMap<u64, Vec<u8>>;
+pub(crate) use crate::writes::Writes;
 
 /// A mounted ptsd-fs.
 pub struct FileSystem {
@@ -394,12 +393,15 @@ impl FileSystem {
             for (blk, data) in ordered {
                 tx.write_ordered(blk, data)?;
             }
-            for (blk, data) in &w {
-                tx.write(*blk, data)?;
+            for (blk, data, crc) in w.iter() {
+                match crc {
+                    Some(crc) => tx.write_with_crc(blk, data, crc)?,
+                    None => tx.write(blk, data)?,
+                }
             }
             if let Some(ctx) = &ctx {
-                for (blk, data) in ctx.dirty_blocks() {
-                    tx.write(blk, &data)?;
+                for (blk, data, crc) in ctx.dirty_blocks() {
+                    tx.write_with_crc(blk, &data, crc)?;
                 }
             }
             tx.finish()

@@ -83,6 +83,15 @@ fn seal(b: &mut [u8], at: usize) {
     put_u32(b, at, c);
 }
 
+/// [`seal`] a whole block, returning the crc32c of the sealed block (for
+/// the journal), derived from the seal instead of a second pass.
+fn seal_whole(b: &mut [u8], at: usize) -> u32 {
+    assert_eq!(b.len(), BLOCK_SIZE, "sealing a partial block");
+    let c = block_crc(b, at);
+    put_u32(b, at, c);
+    crate::sealcrc::whole_block_crc(c, at)
+}
+
 fn check(b: &[u8], at: usize, magic: u32, what: &'static str, blk: u64) -> Result<(), FormatError> {
     if b.len() != BLOCK_SIZE {
         return Err(FormatError::Corrupt {
@@ -241,8 +250,9 @@ impl Superblock {
 }
 
 /// Seal a bitmap block (the crc sits in its last 4 bytes).
-pub fn seal_bitmap(b: &mut [u8]) {
-    seal(b, BLOCK_SIZE - 4);
+/// Returns the crc32c of the sealed block.
+pub fn seal_bitmap(b: &mut [u8]) -> u32 {
+    seal_whole(b, BLOCK_SIZE - 4)
 }
 
 /// Verify a bitmap block's crc.
@@ -369,6 +379,11 @@ pub struct DiskInode {
 impl DiskInode {
     /// Encode into a full block.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_sealed().0
+    }
+
+    /// [`encode`](Self::encode), and the crc32c of the block.
+    pub fn encode_sealed(&self) -> (Vec<u8>, u32) {
         let mut b = vec![0u8; BLOCK_SIZE];
         put_u32(&mut b, 0, INODE_MAGIC);
         put_u64(&mut b, 8, self.ino);
@@ -400,8 +415,8 @@ impl DiskInode {
                 put_extent(&mut b, INODE_PAYLOAD + i * EXTENT_SIZE, e);
             }
         }
-        seal(&mut b, 4);
-        b
+        let crc = seal_whole(&mut b, 4);
+        (b, crc)
     }
 
     /// Decode and validate the inode block `ino`.
@@ -552,12 +567,13 @@ pub fn put_dirent(b: &mut [u8], o: usize, pos: u64, ino: u64, kind: u8, name: &[
 
 /// Seal a directory block image whose entries (`count` of them, ending at
 /// byte `used`) are already in place.
-pub fn seal_dir_block(b: &mut [u8], owner: u64, count: u16, used: usize) {
+/// Returns the crc32c of the sealed block.
+pub fn seal_dir_block(b: &mut [u8], owner: u64, count: u16, used: usize) -> u32 {
     put_u32(b, 0, DIR_MAGIC);
     put_u64(b, 8, owner);
     put_u16(b, 16, count);
     put_u16(b, 18, used as u16);
-    seal(b, 4);
+    seal_whole(b, 4)
 }
 
 /// Decode a directory block.

@@ -17,6 +17,7 @@ use crate::alloc::{bit_in, set_bit_in};
 use crate::error::{Damage, FormatError, FsError};
 use crate::format::*;
 use crate::store::Store;
+use crate::writes::Writes;
 
 /// Which use of a block a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -758,10 +759,10 @@ fn write_repairs(
                 cursor += 1;
             }
         }
-        let mut out = BTreeMap::new();
+        let mut out = Writes::new();
         // Cannot fail: the list only shrank, so no chain block is needed.
         if chain.save(&mut d, &mut map, None, &mut out).is_ok() {
-            w.writes.extend(out);
+            w.writes.extend(out.into_blocks());
             for (_, b) in filled {
                 w.writes
                     .insert(b, encode_dir_block(ino, std::iter::empty()));

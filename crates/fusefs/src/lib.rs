@@ -37,8 +37,10 @@ pub mod fsck;
 pub mod fuse;
 pub mod opcount;
 mod readahead;
+mod sealcrc;
 pub mod store;
 pub mod uring;
+pub(crate) mod writes;
 
 pub use csum::ChecksumStore;
 pub use error::{Damage, Errno, FormatError, FsError, StoreError};

@@ -61,6 +61,14 @@ pub trait Store: Send + Sync {
 pub trait StoreTxn {
     /// Add a full block to the transaction.
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError>;
+    /// [`write`](Self::write) a block whose crc32c the caller knows
+    /// already (`crc == crc32c::crc32c(data)`; a sealed metadata block
+    /// derives it from its seal), so a journaling store need not compute it
+    /// again. The default ignores it.
+    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), StoreError> {
+        let _ = crc;
+        self.write(blk, data)
+    }
     /// Add a run of full blocks of file data, from `blk` on, that no
     /// finished transaction refers to yet (blocks this transaction
     /// allocates): a store may write them straight to their home location
@@ -190,6 +198,9 @@ struct JournalTxn<'j> {
 impl StoreTxn for JournalTxn<'_> {
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
         Ok(self.tx.write(blk, data)?)
+    }
+    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), StoreError> {
+        Ok(self.tx.write_with_crc(blk, data, crc)?)
     }
     fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
         ptsd_blockdev::check_request(self.dev, blk, data.len())?;

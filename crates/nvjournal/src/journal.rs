@@ -15,9 +15,10 @@ use parking_lot::Mutex;
 use ptsd_blockdev::BlockDevice;
 
 use crate::error::{Failure, FormatError, JournalError};
-use crate::layout::{CrcShift, Geometry, Record, RecordKind, SB_SIZE, SLOT_HEADER};
+use crate::layout::{Geometry, Record, RecordKind, SB_SIZE, SLOT_HEADER};
 use crate::protocol::CachePadded;
 use crate::region::{Persist, RegionMode};
+use ptsd_blockdev::CrcShift;
 
 mod checkpoint;
 mod commit;

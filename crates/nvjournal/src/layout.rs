@@ -11,6 +11,7 @@
 //! ```
 
 use ptsd_blockdev::le::{get_u32, get_u64, put_u32, put_u64};
+use ptsd_blockdev::CrcShift;
 
 use crate::error::FormatError;
 
@@ -414,46 +415,6 @@ pub(crate) struct SlotHeader {
     pub epoch: u64,
 }
 
-/// `crc32c(a ++ b)` from `crc32c(a)` and `crc32c(b)` for a fixed `b.len()`:
-/// the crc is linear, so `crc32c(a)` only needs shifting over `len` zero
-/// bytes, a 32x32 bit matrix over GF(2), applied here as four table lookups
-/// (zlib's `crc32_combine` squares matrices on every call instead).
-pub(crate) struct CrcShift {
-    len: usize,
-    table: [[u32; 256]; 4],
-}
-
-impl CrcShift {
-    /// Tables for appending `len` bytes.
-    pub(crate) fn new(len: usize) -> Self {
-        // The shift of each single bit; a byte's is the xor of its bits'.
-        let bit: Vec<u32> = (0..32)
-            .map(|i| crc32c::crc32c_combine(1 << i, 0, len))
-            .collect();
-        let mut table = [[0u32; 256]; 4];
-        for (k, t) in table.iter_mut().enumerate() {
-            for (b, e) in t.iter_mut().enumerate() {
-                *e = (0..8)
-                    .filter(|j| (b >> j) & 1 == 1)
-                    .fold(0, |acc, j| acc ^ bit[8 * k + j]);
-            }
-        }
-        Self { len, table }
-    }
-
-    /// `crc32c(a ++ b)` given `crc32c(a)` and `crc32c(b)`, `b` being the
-    /// length these tables are for.
-    #[inline]
-    pub(crate) fn combine(&self, crc_a: u32, crc_b: u32) -> u32 {
-        let t = &self.table;
-        t[0][(crc_a & 0xff) as usize]
-            ^ t[1][((crc_a >> 8) & 0xff) as usize]
-            ^ t[2][((crc_a >> 16) & 0xff) as usize]
-            ^ t[3][(crc_a >> 24) as usize]
-            ^ crc_b
-    }
-}
-
 impl SlotHeader {
     /// Encode with the flag word zero; the crc covers header and payload.
     #[cfg(test)]
@@ -472,7 +433,7 @@ impl SlotHeader {
         payload_crc: u32,
         shift: &CrcShift,
     ) -> [u8; SLOT_HEADER] {
-        debug_assert_eq!(shift.len, payload_len);
+        debug_assert_eq!(shift.len(), payload_len);
         let mut b = [0u8; SLOT_HEADER];
         put_u32(&mut b, 0, SLOT_MAGIC);
         put_u32(&mut b, 4, payload_len as u32);

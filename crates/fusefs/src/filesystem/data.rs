@@ -286,8 +286,8 @@ impl FileSystem {
         }
         let lblk = from / BS;
         if let Some((pblk, false, _)) = g.ext.lookup(lblk) {
-            let mut buf = match w.get(&pblk) {
-                Some(b) => b.clone(),
+            let mut buf = match w.get(pblk) {
+                Some(b) => b.to_vec(),
                 None => self.read_block(pblk)?,
             };
             let a = (from - lblk * BS) as usize;

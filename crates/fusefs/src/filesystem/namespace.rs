@@ -27,7 +27,8 @@ pub(super) fn check_name(name: &[u8]) -> Result<(), Errno> {
 pub(super) fn put_dir_block(g: &Inode, blk: u32, w: &mut Writes) -> Result<(), Errno> {
     let dir = g.dir.as_ref().ok_or(Errno::EIO)?;
     let (pblk, _, _) = g.ext.lookup(u64::from(blk)).ok_or(Errno::EIO)?;
-    w.insert(pblk, dir.encode_block(g.d.ino, blk));
+    let (b, crc) = dir.encode_block(g.d.ino, blk);
+    w.insert_with_crc(pblk, b, crc);
     Ok(())
 }
 

@@ -87,7 +87,41 @@ impl Tx<'_> {
     /// a slot with one atomic add, write header and payload, flush, then set
     /// and flush the slot's flag.
     pub fn write(&mut self, block: u64, data: &[u8]) -> Result<()> {
-        let pos_part = self.inner.stage(block, data, self.txid, self.epoch)?;
+        let pos_part = self.inner.stage(block, data, None, self.txid, self.epoch)?;
+        self.slots.push((pos_part.0, pos_part.1, block));
+        Ok(())
+    }
+
+    /// [`write`](Self::write) for a caller that already knows
+    /// `crc32c::crc32c(data)` (a block that carries its own checksum can
+    /// derive it from that), so staging skips a pass over the payload.
+    /// A wrong `crc` makes recovery drop the transaction as torn, so debug
+    /// builds check it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ptsd_blockdev::{BlockDevice, MemDevice};
+    /// use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig};
+    ///
+    /// let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 64).unwrap());
+    /// let region = CrashRegion::new(1 << 20);
+    /// let j = Journal::create(region.clone(), dev.clone(), JournalConfig::partitioned(2)).unwrap();
+    /// let block = vec![7u8; 4096];
+    /// let mut tx = j.begin();
+    /// tx.write_with_crc(3, &block, crc32c::crc32c(&block)).unwrap();
+    /// tx.finish().unwrap();
+    /// j.commit().unwrap();
+    /// drop(j); // "crash"
+    /// let (j, _) = Journal::open(region, dev, JournalConfig::partitioned(2)).unwrap();
+    /// let mut back = vec![0u8; 4096];
+    /// j.read(3, &mut back).unwrap();
+    /// assert_eq!(back, block);
+    /// ```
+    pub fn write_with_crc(&mut self, block: u64, data: &[u8], crc: u32) -> Result<()> {
+        debug_assert_eq!(crc, crc32c::crc32c(data), "caller's crc of block {block}");
+        let pos_part = self
+            .inner
+            .stage(block, data, Some(crc), self.txid, self.epoch)?;
         self.slots.push((pos_part.0, pos_part.1, block));
         Ok(())
     }
@@ -176,7 +210,14 @@ impl Inner {
     }
 
     /// Stage one block; returns (partition, position).
-    fn stage(&self, block: u64, data: &[u8], txid: u64, epoch: u64) -> Result<(u32, u64)> {
+    fn stage(
+        &self,
+        block: u64,
+        data: &[u8],
+        known_crc: Option<u32>,
+        txid: u64,
+        epoch: u64,
+    ) -> Result<(u32, u64)> {
         self.check_running()?;
         self.check_buf(block, data.len())?;
         let p = self.partition_of(block);
@@ -193,7 +234,7 @@ impl Inner {
                 Some(lock) => prefetch_write(lock),
                 None => prefetch_write(&*part.ring.head),
             }
-            Some(crc32c::crc32c(data))
+            Some(known_crc.unwrap_or_else(|| crc32c::crc32c(data)))
         };
         let mut guard = self.stage.global_lock.as_ref().map(lock_spinning);
         // The tail only grows, so one read before the claim is enough to
@@ -231,7 +272,9 @@ impl Inner {
             drop(guard.take());
         }
         let off = self.geo.slot_offset_at(p, index);
-        let payload_crc = early_crc.unwrap_or_else(|| crc32c::crc32c(data));
+        let payload_crc = early_crc
+            .or(known_crc)
+            .unwrap_or_else(|| crc32c::crc32c(data));
         let header = SlotHeader {
             pos,
             block,
