@@ -407,16 +407,23 @@ impl DiskInode {
         put_u32(&mut b, 120, self.nextents);
         put_u64(&mut b, 128, self.overflow);
         put_u32(&mut b, 136, self.symlink.len() as u32);
-        if (1..=SYMLINK_INLINE).contains(&self.symlink.len()) {
+        let end = if (1..=SYMLINK_INLINE).contains(&self.symlink.len()) {
             let n = self.symlink.len();
             b[INODE_PAYLOAD..INODE_PAYLOAD + n].copy_from_slice(&self.symlink[..n]);
+            INODE_PAYLOAD + n
         } else {
-            for (i, e) in self.inline_extents.iter().take(INLINE_EXTENTS).enumerate() {
+            let n = self.inline_extents.len().min(INLINE_EXTENTS);
+            for (i, e) in self.inline_extents[..n].iter().enumerate() {
                 put_extent(&mut b, INODE_PAYLOAD + i * EXTENT_SIZE, e);
             }
-        }
-        let crc = seal_whole(&mut b, 4);
-        (b, crc)
+            INODE_PAYLOAD + n * EXTENT_SIZE
+        };
+        // Everything from `end` on is zero (the crc field, at 4, too), so
+        // the seal reads only the first `end` bytes.
+        let seal = crate::sealcrc::crc_zero_tail(&b, end);
+        debug_assert_eq!(seal, block_crc(&b, 4));
+        put_u32(&mut b, 4, seal);
+        (b, crate::sealcrc::whole_block_crc(seal, 4))
     }
 
     /// Decode and validate the inode block `ino`.

@@ -35,6 +35,38 @@ pub(crate) fn whole_block_crc(seal: u32, at: usize) -> u32 {
     seal ^ l
 }
 
+/// The zero tails [`crc_zero_tail`] appends by table: multiples of this.
+const TAIL_STEP: usize = 512;
+
+/// crc32c of a `BLOCK_SIZE` block whose bytes from `end` on are all zero,
+/// reading only up to `end` rounded up to [`TAIL_STEP`]: an inode block
+/// holds a few hundred bytes, and a crc over its 4 KiB was most of what
+/// encoding it cost.
+pub(crate) fn crc_zero_tail(b: &[u8], end: usize) -> u32 {
+    /// Per tail length `i * TAIL_STEP`: its shift, and the crc of its zeros.
+    static TAILS: OnceLock<Vec<(CrcShift, u32)>> = OnceLock::new();
+    debug_assert_eq!(b.len(), BLOCK_SIZE);
+    debug_assert!(b[end.min(BLOCK_SIZE)..].iter().all(|&x| x == 0));
+    let head = end
+        .div_ceil(TAIL_STEP)
+        .saturating_mul(TAIL_STEP)
+        .min(BLOCK_SIZE);
+    let crc = crc32c::crc32c(&b[..head]);
+    if head == BLOCK_SIZE {
+        return crc;
+    }
+    let tails = TAILS.get_or_init(|| {
+        (0..=BLOCK_SIZE / TAIL_STEP)
+            .map(|i| {
+                let n = i * TAIL_STEP;
+                (CrcShift::new(n), crc32c::crc32c(&vec![0u8; n]))
+            })
+            .collect()
+    });
+    let (shift, zeros) = &tails[(BLOCK_SIZE - head) / TAIL_STEP];
+    shift.combine(crc, *zeros)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +87,35 @@ mod tests {
         ) {
             let (b, seal) = sealed(bytes, at);
             prop_assert_eq!(whole_block_crc(seal, at), crc32c::crc32c(&b));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn zero_tail_crc_is_the_blocks(
+            head in proptest::collection::vec(any::<u8>(), 0..BLOCK_SIZE),
+        ) {
+            let end = head.len();
+            let mut b = head;
+            b.resize(BLOCK_SIZE, 0);
+            prop_assert_eq!(crc_zero_tail(&b, end), crc32c::crc32c(&b));
+        }
+    }
+
+    #[test]
+    fn zero_tail_at_the_steps() {
+        for end in [
+            0,
+            1,
+            TAIL_STEP - 1,
+            TAIL_STEP,
+            TAIL_STEP + 1,
+            BLOCK_SIZE - 1,
+            BLOCK_SIZE,
+        ] {
+            let mut b = vec![0u8; BLOCK_SIZE];
+            b[..end].fill(0xa5);
+            assert_eq!(crc_zero_tail(&b, end), crc32c::crc32c(&b), "end {end}");
         }
     }
 
