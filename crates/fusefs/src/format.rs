@@ -574,13 +574,19 @@ pub fn put_dirent(b: &mut [u8], o: usize, pos: u64, ino: u64, kind: u8, name: &[
 
 /// Seal a directory block image whose entries (`count` of them, ending at
 /// byte `used`) are already in place.
-/// Returns the crc32c of the sealed block.
+/// Every byte from `used` on must be zero (the entries are packed from
+/// [`DIR_HEADER`] up to `used`). Returns the crc32c of the sealed block.
 pub fn seal_dir_block(b: &mut [u8], owner: u64, count: u16, used: usize) -> u32 {
     put_u32(b, 0, DIR_MAGIC);
+    put_u32(b, 4, 0);
     put_u64(b, 8, owner);
     put_u16(b, 16, count);
     put_u16(b, 18, used as u16);
-    seal_whole(b, 4)
+    // Only the entries' bytes are read: the rest is zero.
+    let seal = crate::sealcrc::crc_zero_tail(b, used.max(DIR_HEADER));
+    debug_assert_eq!(seal, block_crc(b, 4));
+    put_u32(b, 4, seal);
+    crate::sealcrc::whole_block_crc(seal, 4)
 }
 
 /// Decode a directory block.
