@@ -279,18 +279,20 @@ impl AllocCtx<'_> {
         self.guards.contains_key(&((blk / BITS_PER_GROUP) as usize))
     }
 
-    /// The changed bitmap blocks, sealed, to add to the transaction, each
-    /// with its crc32c.
-    pub fn dirty_blocks(&self) -> Vec<(u64, Vec<u8>, u32)> {
-        self.dirty
-            .iter()
-            .map(|&g| {
-                let mut b = self.guards[&g].bits.clone();
-                debug_assert_eq!(b.len(), BLOCK_SIZE);
-                let crc = seal_bitmap(&mut b);
-                (self.alloc.bitmap_start + g as u64, b, crc)
-            })
-            .collect()
+    /// Seal each changed bitmap block in place (its crc field is not a
+    /// bit) and hand it to `write` with its block number and crc32c, to
+    /// add to the transaction without a copy.
+    pub fn write_dirty<E>(
+        &mut self,
+        mut write: impl FnMut(u64, &[u8], u32) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for &g in &self.dirty {
+            let guard = self.guards.get_mut(&g).expect("dirty group is locked");
+            debug_assert_eq!(guard.bits.len(), BLOCK_SIZE);
+            let crc = seal_bitmap(&mut guard.bits);
+            write(self.alloc.bitmap_start + g as u64, &guard.bits, crc)?;
+        }
+        Ok(())
     }
 
     /// Whether this operation freed any block.
@@ -370,7 +372,14 @@ mod tests {
         assert_eq!(a.free_blocks(), n - 4);
         let mut ctx = a.prepare(10, 0, &[]).unwrap();
         assert_eq!(ctx.alloc(10, 0), vec![(4, 10)]);
-        assert_eq!(ctx.dirty_blocks().len(), 1);
+        let mut dirty = 0;
+        ctx.write_dirty(|_, b, crc| {
+            assert_eq!(crc, crc32c::crc32c(b));
+            dirty += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(dirty, 1);
         ctx.commit();
         assert_eq!(a.free_blocks(), n - 14);
         let mut ctx = a.prepare(0, 0, &[(5, 2)]).unwrap();

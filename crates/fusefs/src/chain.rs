@@ -394,9 +394,11 @@ mod tests {
                     let lock = if *hold { chain.runs() } else { Vec::new() };
                     let mut ctx = alloc.prepare(grow, INO, &lock).unwrap();
                     chain.save(&mut d, &mut ext, Some(&mut ctx), &mut w).unwrap();
-                    for (blk, b, crc) in ctx.dirty_blocks() {
-                        w.insert_with_crc(blk, b, crc);
-                    }
+                    ctx.write_dirty(|blk, b, crc| {
+                        w.insert_with_crc(blk, b.to_vec(), crc);
+                        Ok::<(), ()>(())
+                    })
+                    .unwrap();
                     ctx.commit();
                 } else {
                     chain.save(&mut d, &mut ext, None, &mut w).unwrap();

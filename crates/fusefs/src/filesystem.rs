@@ -386,7 +386,7 @@ impl FileSystem {
         &self,
         w: Writes,
         ordered: Vec<(u64, Vec<u8>)>,
-        ctx: Option<AllocCtx<'_>>,
+        mut ctx: Option<AllocCtx<'_>>,
     ) -> Result<(), Errno> {
         let res = (|| {
             let mut tx = self.store.begin();
@@ -399,10 +399,8 @@ impl FileSystem {
                     None => tx.write(blk, data)?,
                 }
             }
-            if let Some(ctx) = &ctx {
-                for (blk, data, crc) in ctx.dirty_blocks() {
-                    tx.write_with_crc(blk, &data, crc)?;
-                }
+            if let Some(ctx) = &mut ctx {
+                ctx.write_dirty(|blk, data, crc| tx.write_with_crc(blk, data, crc))?;
             }
             tx.finish()
         })();
