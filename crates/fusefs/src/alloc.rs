@@ -225,7 +225,22 @@ impl AllocCtx<'_> {
                 if i >= nbits {
                     i = 0;
                 }
-                // Skip full bytes quickly.
+                // Skip full words, then full bytes, quickly: a directory's
+                // files are allocated from its goal on, so the scan would
+                // otherwise walk every block its earlier files took.
+                if i % 64 == 0 && i + 64 <= nbits && scanned + 64 <= nbits {
+                    let at = (i / 8) as usize;
+                    let word = u64::from_le_bytes(
+                        guard.bits[at..at + 8]
+                            .try_into()
+                            .expect("eight bytes of the bitmap"),
+                    );
+                    if word == u64::MAX {
+                        i += 64;
+                        scanned += 64;
+                        continue;
+                    }
+                }
                 if i % 8 == 0 && i + 8 <= nbits && guard.bits[(i / 8) as usize] == 0xff {
                     i += 8;
                     scanned += 8;
