@@ -362,21 +362,29 @@ impl<C: Clock> SsdDevice<C> {
                 }
             }
         }
-        while !pending.is_empty() {
+        // The ids were handed out consecutively under one lock: take this
+        // call's completions out of `finished` by range, instead of looking
+        // up every pending id at every wake.
+        let ids = pending.first().map_or(0, |p| p.0)..pending.last().map_or(0, |p| p.0 + 1);
+        let mut left = pending.len();
+        while left > 0 {
             let wait = {
                 let mut g = self.inner.lock();
                 let g = &mut *g;
                 g.collect(self.clock.now_ns());
-                pending.retain(|&(id, lpn, pages)| {
-                    let Some(d) = g.finished.remove(&id) else {
+                let ssd = &g.ssd;
+                g.finished.retain(|id, d| {
+                    if !ids.contains(id) {
                         return true;
-                    };
+                    }
+                    left -= 1;
                     if d.failed && first_err.is_none() {
-                        first_err = Some(self.failure(d.error, &g.ssd, Op::Write, lpn, pages));
+                        let (_, lpn, pages) = pending[(id - ids.start) as usize];
+                        first_err = Some(self.failure(d.error.take(), ssd, Op::Write, lpn, pages));
                     }
                     false
                 });
-                if pending.is_empty() {
+                if left == 0 {
                     break;
                 }
                 g.ssd.next_event()
