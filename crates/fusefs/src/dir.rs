@@ -234,7 +234,7 @@ impl DirIndex {
     /// Also returns the crc32c of the block.
     pub fn encode_block(&self, owner: u64, blk: u32) -> (Vec<u8>, u32) {
         let b = &self.blocks[blk as usize];
-        let mut out = b.image.to_vec();
+        let mut out = crate::writes::block_from(&b.image);
         let crc = seal_dir_block(&mut out, owner, b.positions.len() as u16, b.used);
         (out, crc)
     }

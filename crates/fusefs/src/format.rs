@@ -384,7 +384,7 @@ impl DiskInode {
 
     /// [`encode`](Self::encode), and the crc32c of the block.
     pub fn encode_sealed(&self) -> (Vec<u8>, u32) {
-        let mut b = vec![0u8; BLOCK_SIZE];
+        let mut b = crate::writes::zeroed_block();
         put_u32(&mut b, 0, INODE_MAGIC);
         put_u64(&mut b, 8, self.ino);
         put_u64(&mut b, 16, self.generation);

@@ -167,7 +167,7 @@ impl FileSystem {
                 let o = (lo - offset) as usize;
                 let block = &data[o..o + BLOCK_SIZE];
                 if !(use_ordered && mapping.is_none()) {
-                    w.insert(pblk, block.to_vec());
+                    w.insert(pblk, crate::writes::block_from(block));
                     continue;
                 }
                 match ordered.last_mut() {
@@ -198,7 +198,7 @@ impl FileSystem {
             let n = (hi - lo) as usize;
             buf[(lo - bstart) as usize..(lo - bstart) as usize + n]
                 .copy_from_slice(&data[o..o + n]);
-            w.insert(pblk, buf.clone());
+            w.insert(pblk, crate::writes::block_from(&buf));
         }
         let now = Ts::now();
         g.d.size = g.d.size.max(end);
