@@ -148,13 +148,15 @@ const AHEAD: u64 = 7;
 
 /// Extents of a sequential read's prefetch window less than this many
 /// image blocks apart are fetched as one span, gaps included. A flush
-/// stripes logical pages over the chips, so a file's pages lie on the image
-/// in short runs, one per chip region, interleaved with whatever else was
-/// written at the same time (another file, metadata): fetched exactly, they
-/// reach the disk as ~37 KB requests. With the gaps (and a window of 7
-/// requests instead of 3), `op_cost cold-read` of two files written and
-/// read at once went from 785-1 015 to 917-1 206 MB/s; through FUSE the
-/// gain is within the spread (`docs/results.md`, 2026-11-28).
+/// stripes logical pages over the chips; on the stripe-major image (see
+/// `image.rs`) a file's pages lie mostly side by side, interleaved with
+/// whatever else was written at the same time (another file, metadata) and
+/// broken where the chips' write points sit at different block indices.
+/// The gaps here are those interleavings. (Under the earlier ppa-major
+/// layout a file's pages lay in short runs, one per chip region; the gaps
+/// and a window of 7 requests instead of 3 took `op_cost cold-read` of two
+/// files written and read at once from 785-1 015 to 917-1 206 MB/s,
+/// `docs/results.md`, 2026-11-28.)
 const PREFETCH_GAP_BLOCKS: u64 = 64;
 
 /// Read payloads kept for reuse (one per reader thread is enough).

@@ -410,6 +410,25 @@ fn bad_images_are_typed_errors() {
         ),
         "{err}"
     );
+    // An image of version 1 (pages at their ppa, not stripe-major): a
+    // clear error, never a misread.
+    let dev = Arc::new(MemDevice::new(PAGE as u32, blocks).unwrap());
+    drop(Ssd::open_on(c.clone(), Box::new(dev.clone())).unwrap());
+    let mut h = vec![0u8; PAGE];
+    dev.read(0, &mut h).unwrap();
+    h[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..44]);
+    h[44..48].copy_from_slice(&crc.to_le_bytes());
+    dev.write(0, &h).unwrap();
+    let err = Ssd::open_on(c.clone(), Box::new(dev)).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            FtlError::Store(StoreError::Image(ImageError::Version(1)))
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("version 1"), "{err}");
     // Another geometry.
     let dev = Arc::new(MemDevice::new(PAGE as u32, blocks * 2).unwrap());
     drop(Ssd::open_on(c.clone(), Box::new(dev.clone())).unwrap());
@@ -437,8 +456,9 @@ fn bad_images_are_typed_errors() {
 
 /// Writes in random order, then multi-page reads of every length at every
 /// offset, from flash (after a reopen the write buffer is empty): the pages
-/// come back in order whatever runs they form on the image, which the
-/// persistent store reads as one batch (`Store::read_many`). Over a file
+/// come back in order whatever runs they form on the image (stripe-major:
+/// runs of image blocks, not of ppas), which the persistent store reads as
+/// one batch (`Store::read_many`). Over a file
 /// with io_uring (the runs read in parallel) and over memory.
 #[test]
 fn multi_page_reads_from_the_image_return_every_page_in_order() {
