@@ -1,3 +1,4 @@
+// Over 800 lines: the layout, the staged write runs and the OOB entries all live in one PersistentStore and change together; recovery is apart in image/recover.rs.
 //! The persistent store: an SSD image on a `BlockDevice`, and recovery.
 //!
 //! Layout, in pages of the SSD's page size (the device's block size must
