@@ -92,6 +92,16 @@ fn seal_whole(b: &mut [u8], at: usize) -> u32 {
     crate::sealcrc::whole_block_crc(c, at)
 }
 
+/// Seal a whole block whose field is at 4 and whose bytes from `end` on
+/// (the field too) are zero, reading only up to `end`; returns the crc32c
+/// of the sealed block.
+fn seal_head(b: &mut [u8], end: usize) -> u32 {
+    let seal = crate::sealcrc::crc_zero_tail(b, end);
+    debug_assert_eq!(seal, block_crc(b, 4));
+    put_u32(b, 4, seal);
+    crate::sealcrc::whole_block_crc(seal, 4)
+}
+
 fn check(b: &[u8], at: usize, magic: u32, what: &'static str, blk: u64) -> Result<(), FormatError> {
     if b.len() != BLOCK_SIZE {
         return Err(FormatError::Corrupt {
@@ -418,12 +428,8 @@ impl DiskInode {
             }
             INODE_PAYLOAD + n * EXTENT_SIZE
         };
-        // Everything from `end` on is zero (the crc field, at 4, too), so
-        // the seal reads only the first `end` bytes.
-        let seal = crate::sealcrc::crc_zero_tail(&b, end);
-        debug_assert_eq!(seal, block_crc(&b, 4));
-        put_u32(&mut b, 4, seal);
-        (b, crate::sealcrc::whole_block_crc(seal, 4))
+        let crc = seal_head(&mut b, end);
+        (b, crc)
     }
 
     /// Decode and validate the inode block `ino`.
@@ -582,11 +588,7 @@ pub fn seal_dir_block(b: &mut [u8], owner: u64, count: u16, used: usize) -> u32 
     put_u64(b, 8, owner);
     put_u16(b, 16, count);
     put_u16(b, 18, used as u16);
-    // Only the entries' bytes are read: the rest is zero.
-    let seal = crate::sealcrc::crc_zero_tail(b, used.max(DIR_HEADER));
-    debug_assert_eq!(seal, block_crc(b, 4));
-    put_u32(b, 4, seal);
-    crate::sealcrc::whole_block_crc(seal, 4)
+    seal_head(b, used.max(DIR_HEADER))
 }
 
 /// Decode a directory block.

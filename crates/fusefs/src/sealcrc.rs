@@ -18,18 +18,18 @@ use crate::format::BLOCK_SIZE;
 
 /// crc32c of a whole `BLOCK_SIZE` block whose 4-byte field at `at` holds
 /// (little-endian) `seal`, the crc32c of the block with that field zero.
-/// The two field positions the format uses (4 and `BLOCK_SIZE - 4`) have
-/// their tables made once; any other is computed on the spot.
+/// The field after the magic (at 4) has its table made once; a field at
+/// the end needs none; any other is computed on the spot.
 pub(crate) fn whole_block_crc(seal: u32, at: usize) -> u32 {
     static AFTER_MAGIC: OnceLock<CrcShift> = OnceLock::new();
-    static AT_END: OnceLock<CrcShift> = OnceLock::new();
     let k = BLOCK_SIZE - at - 4;
     let field = crc32c::crc32c(&seal.to_le_bytes()) ^ crc32c::crc32c(&[0u8; 4]);
-    let l = match k {
-        _ if at == 4 => AFTER_MAGIC
+    let l = match (at, k) {
+        // Nothing follows the field: no shift.
+        (_, 0) => field,
+        (4, _) => AFTER_MAGIC
             .get_or_init(|| CrcShift::new(k))
             .combine(field, 0),
-        0 => AT_END.get_or_init(|| CrcShift::new(0)).combine(field, 0),
         _ => CrcShift::new(k).combine(field, 0),
     };
     seal ^ l
