@@ -48,6 +48,7 @@ pub struct FileDeviceOptions {
     io_uring_buffered: bool,
     random_access: bool,
     preallocate: bool,
+    uncached_batch_bytes: Option<usize>,
     ring_entries: u32,
 }
 
@@ -60,6 +61,7 @@ impl Default for FileDeviceOptions {
             io_uring_buffered: false,
             random_access: false,
             preallocate: false,
+            uncached_batch_bytes: None,
             ring_entries: 128,
         }
     }
@@ -107,6 +109,23 @@ impl FileDeviceOptions {
     /// requests), and a full disk is an error at creation, not at a write.
     pub fn preallocate(mut self, on: bool) -> Self {
         self.preallocate = on;
+        self
+    }
+
+    /// Write batches of at least `min_batch_bytes` uncached: the kernel
+    /// starts their writeback at once and drops the pages when it is done
+    /// (`RWF_DONTCACHE`, Linux 6.14+). For streams written far more than
+    /// they are re-read: their pages neither pile up as dirty data for the
+    /// next `flush` to write in one go, nor take fresh memory from the
+    /// kernel page by page (in a VM each fresh page can cost a host fault).
+    /// Small batches stay cached: kicking writeback per small batch costs
+    /// more CPU than it saves. Needs io_uring batches
+    /// ([`io_uring_buffered`](Self::io_uring_buffered)) and buffered I/O.
+    /// Where the kernel or the file system refuses the flag (older kernels,
+    /// tmpfs) the device says so once and writes normally. `None` (the
+    /// default): every write is cached.
+    pub fn uncached_writes(mut self, min_batch_bytes: Option<usize>) -> Self {
+        self.uncached_batch_bytes = min_batch_bytes;
         self
     }
 
@@ -216,6 +235,10 @@ pub struct FileDevice {
     /// go straight to writing zeroes.
     punch_unsupported: AtomicBool,
     zero_range_unsupported: AtomicBool,
+    /// `write_batch` passes `RWF_DONTCACHE` (cleared when refused)...
+    uncached_writes: AtomicBool,
+    /// ...for batches of at least this many bytes.
+    uncached_batch_bytes: usize,
 }
 
 impl std::fmt::Debug for FileDevice {
@@ -260,6 +283,12 @@ impl FileDevice {
     /// a refused ring setup is logged and leaves this false).
     pub fn io_uring_active(&self) -> bool {
         self.rings.is_some()
+    }
+
+    /// Whether large enough batched writes go out uncached
+    /// ([`FileDeviceOptions::uncached_writes`] asked for, and not refused).
+    pub fn writes_uncached(&self) -> bool {
+        self.uncached_writes.load(Ordering::Relaxed)
     }
 
     /// Whether the path is a block device rather than a regular file.
@@ -334,6 +363,8 @@ impl FileDevice {
             rings: None,
             punch_unsupported: AtomicBool::new(false),
             zero_range_unsupported: AtomicBool::new(false),
+            uncached_writes: AtomicBool::new(false),
+            uncached_batch_bytes: opts.uncached_batch_bytes.unwrap_or(usize::MAX),
         };
         if direct && !is_block_device && file_on_ram_fs(&dev.file) {
             // tmpfs may accept O_DIRECT but still copies through memory; the
@@ -379,6 +410,16 @@ impl FileDevice {
                     "{}: io_uring unavailable ({e}); batches use pread/pwrite",
                     path.display()
                 ),
+            }
+        }
+        if opts.uncached_batch_bytes.is_some() && !dev.direct && dev.rings.is_some() {
+            if file_on_ram_fs(&dev.file) {
+                tracing::debug!(
+                    "{}: on a RAM file system, writes stay cached",
+                    path.display()
+                );
+            } else {
+                dev.uncached_writes.store(true, Ordering::Relaxed);
             }
         }
         Ok(dev)
@@ -671,7 +712,9 @@ impl BlockDevice for FileDevice {
                 .iter()
                 .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)));
         };
-        if let [(block, buf)] = writes {
+        let uncached = self.uncached_writes.load(Ordering::Relaxed)
+            && writes.iter().map(|(_, buf)| buf.len()).sum::<usize>() >= self.uncached_batch_bytes;
+        if let ([(block, buf)], false) = (writes, uncached) {
             return self.write_at(buf, self.offset(*block));
         }
         // Unaligned buffers are copied to aligned ones that live until the
@@ -691,8 +734,17 @@ impl BlockDevice for FileDevice {
             push_ops(&mut ops, ptr, buf.len(), self.offset(*block));
         }
         // The ring only reads through these pointers for writes.
-        match rings.run(self.file.as_raw_fd(), &ops, true) {
-            Ok(done) => self.finish_short(&ops, &done, true),
+        let flags = if uncached { libc::RWF_DONTCACHE } else { 0 };
+        match rings.run(self.file.as_raw_fd(), &ops, true, flags) {
+            Ok(ran) => {
+                if ran.flags_refused && self.uncached_writes.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        "{}: the kernel refused uncached (RWF_DONTCACHE) writes; writing through the page cache",
+                        self.path.display()
+                    );
+                }
+                self.finish_short(&ops, &ran.done, true)
+            }
             Err(UringError::Op(e)) => Err(e.into()),
             Err(UringError::Ring(e)) => {
                 tracing::warn!("io_uring write batch failed ({e}); redoing it with pwrite");
@@ -748,8 +800,8 @@ impl BlockDevice for FileDevice {
             };
             push_ops(&mut ops, ptr, buf.len(), self.offset(*block));
         }
-        match rings.run(self.file.as_raw_fd(), &ops, false) {
-            Ok(done) => self.finish_short(&ops, &done, false)?,
+        match rings.run(self.file.as_raw_fd(), &ops, false, 0) {
+            Ok(ran) => self.finish_short(&ops, &ran.done, false)?,
             Err(UringError::Op(e)) => return Err(e.into()),
             Err(UringError::Ring(e)) => {
                 tracing::warn!("io_uring read batch failed ({e}); redoing it with pread");

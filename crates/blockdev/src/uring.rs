@@ -26,6 +26,16 @@ pub(crate) struct RawOp {
     pub offset: u64,
 }
 
+/// What a batch that went through the ring did.
+pub(crate) struct Ran {
+    /// Bytes each op transferred: short (or zero after EINTR/EAGAIN, or
+    /// when its `rw_flags` were refused) ops are for the caller to finish.
+    pub done: Vec<usize>,
+    /// Some op was refused with EOPNOTSUPP for its `rw_flags` (a kernel or
+    /// file system without them); the caller should stop passing them.
+    pub flags_refused: bool,
+}
+
 /// Why a batch did not complete through the ring.
 pub(crate) enum UringError {
     /// The ring itself failed; nothing is in flight any more and the caller
@@ -71,20 +81,23 @@ impl RingPool {
         IoUring::new(self.entries)
     }
 
-    /// Submit every op (reads if `write` is false) on file `fd`, a ring-full
-    /// per `io_uring_enter`, and wait for all of them. Returns the bytes each
-    /// op transferred, which can be short (or zero after EINTR/EAGAIN): the
-    /// caller finishes those synchronously.
+    /// Submit every op (reads if `write` is false) on file `fd` with
+    /// `rw_flags` (`RWF_*`, as for `pwritev2`), a ring-full per
+    /// `io_uring_enter`, and wait for all of them. Returns the bytes each op
+    /// transferred, which can be short (or zero after EINTR/EAGAIN, or
+    /// when the flags were refused): the caller finishes those synchronously.
     pub(crate) fn run(
         &self,
         fd: RawFd,
         ops: &[RawOp],
         write: bool,
-    ) -> Result<Vec<usize>, UringError> {
+        rw_flags: i32,
+    ) -> Result<Ran, UringError> {
         let mut ring = self.take().map_err(UringError::Ring)?;
         let capacity = ring.params().sq_entries() as usize;
         let mut done = vec![0usize; ops.len()];
         let mut op_error = None;
+        let mut flags_refused = false;
         for (chunk_index, chunk) in ops.chunks(capacity).enumerate() {
             let base = chunk_index * capacity;
             {
@@ -94,10 +107,12 @@ impl RingPool {
                     let entry = if write {
                         opcode::Write::new(types::Fd(fd), op.ptr, len)
                             .offset(op.offset)
+                            .rw_flags(rw_flags)
                             .build()
                     } else {
                         opcode::Read::new(types::Fd(fd), op.ptr, len)
                             .offset(op.offset)
+                            .rw_flags(rw_flags)
                             .build()
                     }
                     .user_data((base + i) as u64);
@@ -150,6 +165,8 @@ impl RingPool {
                         if let Some(d) = done.get_mut(index) {
                             *d = res as usize;
                         }
+                    } else if -res == libc::EOPNOTSUPP && rw_flags != 0 {
+                        flags_refused = true;
                     } else if -res != libc::EINTR && -res != libc::EAGAIN {
                         op_error.get_or_insert(io::Error::from_raw_os_error(-res));
                     }
@@ -159,7 +176,10 @@ impl RingPool {
         self.idle.lock().push(ring);
         match op_error {
             Some(e) => Err(UringError::Op(e)),
-            None => Ok(done),
+            None => Ok(Ran {
+                done,
+                flags_refused,
+            }),
         }
     }
 }
@@ -205,8 +225,8 @@ mod tests {
                 offset: 65536,
             },
         ];
-        let done = match pool.run(file.as_raw_fd(), &ops, false) {
-            Ok(done) => done,
+        let done = match pool.run(file.as_raw_fd(), &ops, false, 0) {
+            Ok(ran) => ran.done,
             Err(UringError::Ring(e) | UringError::Op(e)) => panic!("{e}"),
         };
         assert_eq!(done, vec![4096, 2048, 0]);
@@ -220,9 +240,24 @@ mod tests {
             offset: 0,
         }];
         assert!(matches!(
-            pool.run(ro.as_raw_fd(), &ops, true),
+            pool.run(ro.as_raw_fd(), &ops, true, 0),
             Err(UringError::Op(_))
         ));
+        // Flags the kernel does not know are refused per op, reported as
+        // such, and leave the op for the caller (nothing transferred).
+        let rw = file.as_raw_fd();
+        let ops = [RawOp {
+            ptr: a.as_mut_ptr(),
+            len: 4096,
+            offset: 0,
+        }];
+        match pool.run(rw, &ops, true, 1 << 30) {
+            Ok(ran) => {
+                assert!(ran.flags_refused);
+                assert_eq!(ran.done, vec![0]);
+            }
+            Err(UringError::Ring(e) | UringError::Op(e)) => panic!("{e}"),
+        }
         assert!(RingPool::new(0).is_err());
     }
 }

@@ -67,6 +67,7 @@ pub fn mkfs(
                 mode: LockMode::Exclusive,
                 create: true,
                 wait: lock_wait,
+                uncached_image: false,
             },
         )?,
     };
@@ -132,6 +133,7 @@ pub fn fsck(spec: &StackSpec, repair: bool) -> Result<FsckOutcome, StackError> {
             },
             create: false,
             wait: spec.lock_wait,
+            uncached_image: false,
         },
     )?;
     let res = fsck_on(spec, &opened, repair);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use ptsd_blockdev::BlockDevice;
 use ptsd_fs::format::{Superblock, STATE_CLEAN, STATE_DIRTY};
 use ptsd_fs::{DirectStore, Store};
-use ptsd_nvjournal::{Journal, JournalConfig, Persist, PmemRegion, RecoveryReport};
+use ptsd_nvjournal::{Journal, JournalConfig, Persist, PmemRegion, RecoveryReport, RegionMode};
 
 use crate::error::StackError;
 use crate::lock::{LockMode, PathLock};
@@ -29,6 +29,23 @@ pub enum JournalSpec {
         /// Where the journal goes when there is no `/dev/shm`.
         data_dir: PathBuf,
     },
+}
+
+impl JournalSpec {
+    /// Whether the journal (as this spec places it) survives a power cut,
+    /// so that an fsync must also flush the device: a journal file off a
+    /// RAM file system, or a region in DAX or msync mode.
+    pub(crate) fn survives_power_loss(&self) -> bool {
+        match self {
+            JournalSpec::Region(r) => {
+                matches!(r.mode(), RegionMode::Dax | RegionMode::Msync)
+            }
+            JournalSpec::File(p) => !on_ram_fs(p),
+            JournalSpec::Default { data_dir } => {
+                !Path::new("/dev/shm").is_dir() && !ptsd_blockdev::dir_on_ram_fs(data_dir)
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for JournalSpec {
@@ -293,5 +310,31 @@ impl Place {
                 lock.remove_if_ours();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_survives_power_loss_off_ram_only() {
+        let disk = tempfile::tempdir().unwrap();
+        let on_disk = JournalSpec::File(disk.path().join("j"));
+        assert_eq!(
+            on_disk.survives_power_loss(),
+            !ptsd_blockdev::dir_on_ram_fs(disk.path())
+        );
+        if Path::new("/dev/shm").is_dir() {
+            assert!(!JournalSpec::File("/dev/shm/j".into()).survives_power_loss());
+            let default = JournalSpec::Default {
+                data_dir: disk.path().into(),
+            };
+            assert!(!default.survives_power_loss(), "the default is /dev/shm");
+        }
+        let ram = JournalSpec::Region(Arc::new(ptsd_nvjournal::CrashRegion::new(4096)));
+        assert!(!ram.survives_power_loss());
+        let msync = JournalSpec::Region(Arc::new(ptsd_nvjournal::CrashRegion::new_msync(4096)));
+        assert!(msync.survives_power_loss());
     }
 }

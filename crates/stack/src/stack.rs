@@ -182,6 +182,7 @@ impl Stack {
                 mode: LockMode::Exclusive,
                 create: true,
                 wait: spec.lock_wait,
+                uncached_image: spec.journal.survives_power_loss(),
             },
         )?;
         let desc = opened.desc.clone();

@@ -36,6 +36,14 @@ fn all_options() -> Vec<FileDeviceOptions> {
             );
         }
     }
+    // Buffered io_uring batches written uncached (RWF_DONTCACHE, or plain
+    // writes where the kernel refuses it).
+    v.push(
+        FileDeviceOptions::new()
+            .direct(false)
+            .io_uring_buffered(true)
+            .uncached_writes(Some(0)),
+    );
     v
 }
 
@@ -264,6 +272,39 @@ fn tmpfs_is_buffered_and_works() {
     dev.read(0, &mut back).unwrap();
     assert_eq!(back, pattern(3, 2), "{dev:?}");
     assert!(!dev.is_direct(), "tmpfs gains nothing from O_DIRECT");
+}
+
+#[test]
+fn uncached_writes_read_back_and_stay_off_on_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FileDeviceOptions::new()
+        .direct(false)
+        .io_uring_buffered(true)
+        .uncached_writes(Some(2 * BS));
+    let dev = opts.create(dir.path().join("u.img"), 16).unwrap();
+    // A single-extent batch goes through the ring too when uncached; a
+    // batch below the size stays cached.
+    dev.write_batch(&[(3, &pattern(7, 2)[..])]).unwrap();
+    dev.write_batch(&[(14, &pattern(6, 1)[..])]).unwrap();
+    dev.write_batch(&[(0, &pattern(8, 1)[..]), (9, &pattern(9, 4)[..])])
+        .unwrap();
+    dev.flush().unwrap();
+    for (block, tag, blocks) in [(3u64, 7u64, 2usize), (14, 6, 1), (0, 8, 1), (9, 9, 4)] {
+        let mut back = vec![0u8; blocks * BS];
+        dev.read(block, &mut back).unwrap();
+        assert_eq!(back, pattern(tag, blocks), "block {block} of {dev:?}");
+    }
+    if dev.io_uring_active() && file_on_ram_fs(&dev.file) {
+        assert!(!dev.writes_uncached());
+    }
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        return;
+    };
+    let dev = opts.create(shm.path().join("u.img"), 4).unwrap();
+    assert!(
+        !dev.writes_uncached(),
+        "a RAM file system has nothing to drop"
+    );
 }
 
 /// Runs on a real block device only when one is named (it is
