@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::aligned::AlignedBuf;
 use crate::mem::validate_geometry;
@@ -68,10 +68,9 @@ pub struct FileDevice {
     /// go straight to writing zeroes.
     punch_unsupported: AtomicBool,
     zero_range_unsupported: AtomicBool,
-    /// `write_batch` passes `RWF_DONTCACHE` (cleared when refused)...
-    uncached_writes: AtomicBool,
-    /// ...for batches of at least this many bytes.
-    uncached_batch_bytes: usize,
+    /// `write_batch` passes `RWF_DONTCACHE` for batches of at least this
+    /// many bytes; `usize::MAX` when off or refused.
+    uncached_from: AtomicUsize,
 }
 
 impl std::fmt::Debug for FileDevice {
@@ -121,7 +120,7 @@ impl FileDevice {
     /// Whether large enough batched writes go out uncached
     /// ([`FileDeviceOptions::uncached_writes`] asked for, and not refused).
     pub fn writes_uncached(&self) -> bool {
-        self.uncached_writes.load(Ordering::Relaxed)
+        self.uncached_from.load(Ordering::Relaxed) != usize::MAX
     }
 
     /// Whether the path is a block device rather than a regular file.
@@ -196,8 +195,7 @@ impl FileDevice {
             rings: None,
             punch_unsupported: AtomicBool::new(false),
             zero_range_unsupported: AtomicBool::new(false),
-            uncached_writes: AtomicBool::new(false),
-            uncached_batch_bytes: opts.uncached_batch_bytes.unwrap_or(usize::MAX),
+            uncached_from: AtomicUsize::new(usize::MAX),
         };
         if direct && !is_block_device && file_on_ram_fs(&dev.file) {
             // tmpfs may accept O_DIRECT but still copies through memory; the
@@ -245,14 +243,16 @@ impl FileDevice {
                 ),
             }
         }
-        if opts.uncached_batch_bytes.is_some() && !dev.direct && dev.rings.is_some() {
+        // Only buffered batches through a ring can pass the flag.
+        let ring_buffered = !dev.direct && dev.rings.is_some();
+        if let Some(bytes) = opts.uncached_batch_bytes.filter(|_| ring_buffered) {
             if file_on_ram_fs(&dev.file) {
                 tracing::debug!(
                     "{}: on a RAM file system, writes stay cached",
                     path.display()
                 );
             } else {
-                dev.uncached_writes.store(true, Ordering::Relaxed);
+                dev.uncached_from = AtomicUsize::new(bytes);
             }
         }
         Ok(dev)
@@ -545,8 +545,9 @@ impl BlockDevice for FileDevice {
                 .iter()
                 .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)));
         };
-        let uncached = self.uncached_writes.load(Ordering::Relaxed)
-            && writes.iter().map(|(_, buf)| buf.len()).sum::<usize>() >= self.uncached_batch_bytes;
+        let uncached_from = self.uncached_from.load(Ordering::Relaxed);
+        let uncached = uncached_from != usize::MAX
+            && writes.iter().map(|(_, buf)| buf.len()).sum::<usize>() >= uncached_from;
         if let ([(block, buf)], false) = (writes, uncached) {
             return self.write_at(buf, self.offset(*block));
         }
@@ -570,7 +571,9 @@ impl BlockDevice for FileDevice {
         let flags = if uncached { libc::RWF_DONTCACHE } else { 0 };
         match rings.run(self.file.as_raw_fd(), &ops, true, flags) {
             Ok(ran) => {
-                if ran.flags_refused && self.uncached_writes.swap(false, Ordering::Relaxed) {
+                if ran.flags_refused
+                    && self.uncached_from.swap(usize::MAX, Ordering::Relaxed) != usize::MAX
+                {
                     tracing::info!(
                         "{}: the kernel refused uncached (RWF_DONTCACHE) writes; writing through the page cache",
                         self.path.display()

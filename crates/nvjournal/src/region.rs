@@ -60,6 +60,11 @@ impl std::fmt::Display for RegionMode {
 }
 
 impl RegionMode {
+    /// Whether a commit in this mode survives a power cut (DAX, msync).
+    pub fn survives_power_loss(&self) -> bool {
+        matches!(self, RegionMode::Dax | RegionMode::Msync)
+    }
+
     /// What a commit survives in this mode, in words for a user (the
     /// durability line `ptsd mount` prints).
     pub fn durability(&self) -> String {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use ptsd_blockdev::BlockDevice;
 use ptsd_fs::format::{Superblock, STATE_CLEAN, STATE_DIRTY};
 use ptsd_fs::{DirectStore, Store};
-use ptsd_nvjournal::{Journal, JournalConfig, Persist, PmemRegion, RecoveryReport, RegionMode};
+use ptsd_nvjournal::{Journal, JournalConfig, Persist, PmemRegion, RecoveryReport};
 
 use crate::error::StackError;
 use crate::lock::{LockMode, PathLock};
@@ -37,12 +37,10 @@ impl JournalSpec {
     /// RAM file system, or a region in DAX or msync mode.
     pub(crate) fn survives_power_loss(&self) -> bool {
         match self {
-            JournalSpec::Region(r) => {
-                matches!(r.mode(), RegionMode::Dax | RegionMode::Msync)
-            }
+            JournalSpec::Region(r) => r.mode().survives_power_loss(),
             JournalSpec::File(p) => !on_ram_fs(p),
             JournalSpec::Default { data_dir } => {
-                !Path::new("/dev/shm").is_dir() && !ptsd_blockdev::dir_on_ram_fs(data_dir)
+                !ptsd_blockdev::dir_on_ram_fs(default_journal_dir(data_dir))
             }
         }
     }
@@ -153,11 +151,16 @@ enum Target {
 
 /// The path `JournalSpec::Default` names for `sb`.
 pub fn default_journal_path(sb: &Superblock, data_dir: &Path) -> PathBuf {
-    let name = format!("ptsd-{}.journal", sb.uuid_hex());
-    if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm").join(name)
+    default_journal_dir(data_dir).join(format!("ptsd-{}.journal", sb.uuid_hex()))
+}
+
+/// Where `JournalSpec::Default` puts journals: `/dev/shm` when it exists.
+fn default_journal_dir(data_dir: &Path) -> &Path {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm
     } else {
-        data_dir.join(name)
+        data_dir
     }
 }
 
