@@ -204,6 +204,9 @@ impl BlockDevice for WriteBehind {
         // which the page cache keeps coherent, and a read waits anyway.
         self.inner.prefetch(block, count)
     }
+    fn await_prefetch(&self, block: u64, count: u64) {
+        self.inner.await_prefetch(block, count)
+    }
 }
 
 #[cfg(test)]

@@ -610,6 +610,19 @@ impl BlockDevice for FileDevice {
         };
     }
 
+    fn await_prefetch(&self, block: u64, count: u64) {
+        if self.direct || count == 0 || check_range(self, block, count).is_err() {
+            return;
+        }
+        // A read of a block whose fetch is under way waits for it; one byte
+        // of the range's last block is enough (the prefetch fetched the
+        // range in order, the earlier blocks in the same or earlier
+        // requests), and it costs one copy of a byte when cached.
+        let mut byte = [0u8; 1];
+        let last = (block + count - 1) * u64::from(self.block_size);
+        let _ = self.file.read_at(&mut byte, last);
+    }
+
     fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<(), BlockError> {
         for (block, buf) in reads.iter() {
             check_request(self, *block, buf.len())?;

@@ -121,6 +121,15 @@ pub trait BlockDevice: Send + Sync {
     fn prefetch(&self, block: u64, count: u64) {
         let _ = (block, count);
     }
+
+    /// Wait until the blocks an earlier [`prefetch`](Self::prefetch) named
+    /// are in the cache, without reading them out: for a caller about to
+    /// read them while holding a lock others wait for, so that its wait for
+    /// the disk happens before it takes the lock. A hint like `prefetch`
+    /// (the later read is what reports errors); the default does nothing.
+    fn await_prefetch(&self, block: u64, count: u64) {
+        let _ = (block, count);
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
@@ -156,6 +165,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn prefetch(&self, block: u64, count: u64) {
         (**self).prefetch(block, count)
+    }
+    fn await_prefetch(&self, block: u64, count: u64) {
+        (**self).await_prefetch(block, count)
     }
 }
 

@@ -201,9 +201,10 @@ impl<C: Clock> SsdDevice<C> {
 
     /// Prefetch from `image`, the device under the engine's persistent
     /// store, the flash pages a host read will need, before the read takes
-    /// the engine's lock. The engine reads its store under that lock, so
-    /// without this the cold reads of concurrent requests reach the disk
-    /// one request at a time.
+    /// the engine's lock, and wait for its own pages there
+    /// ([`BlockDevice::await_prefetch`]). The engine reads its store under
+    /// that lock, so without this the cold reads of concurrent requests
+    /// reach the disk one request at a time.
     pub fn prefetch_from(mut self, image: Arc<dyn BlockDevice>) -> Self {
         self.prefetch = Some(image);
         self
@@ -241,6 +242,13 @@ impl<C: Clock> SsdDevice<C> {
         crate::ssd::merge_within(&mut next, PREFETCH_GAP_BLOCKS);
         for &(b, n) in own.iter().chain(&next) {
             image.prefetch(b, n);
+        }
+        // Wait for its own pages here, off the lock: the engine reads them
+        // under it, and a thread waiting there for the disk would hold up
+        // every other request, this lookup of theirs included (two threads'
+        // cold random reads then went to the disk one at a time).
+        for &(b, n) in &own {
+            image.await_prefetch(b, n);
         }
     }
 

@@ -1,10 +1,13 @@
 //! `SsdDevice::prefetch_from`: before a host read takes the engine's lock,
 //! the image pages it needs (and, for a read continuing an earlier one, the
-//! next ones) are hinted to the image device. The hints must name exactly
-//! the pages the engine then reads, and reads must return the same data.
+//! next ones) are hinted to the image device, and the read waits for its
+//! own ones before the lock. The hints must name exactly the pages the
+//! engine then reads, and reads must return the same data; two threads'
+//! waits must overlap.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use ptsd_blockdev::{BlockDevice, BlockError, MemDevice};
@@ -18,10 +21,39 @@ struct Recording {
     inner: MemDevice,
     reads: Mutex<BTreeSet<u64>>,
     prefetched: Mutex<BTreeSet<u64>>,
+    awaited: Mutex<BTreeSet<u64>>,
+    /// When set, `await_prefetch` waits (up to a timeout) until this many
+    /// callers are inside it at once, and records whether they were.
+    rendezvous: Option<Rendezvous>,
+}
+
+struct Rendezvous {
+    want: usize,
+    inside: std::sync::Mutex<usize>,
+    all_in: std::sync::Condvar,
+    met: std::sync::atomic::AtomicBool,
+}
+
+impl Recording {
+    fn new(inner: MemDevice, rendezvous: Option<usize>) -> Self {
+        Recording {
+            inner,
+            reads: Mutex::default(),
+            prefetched: Mutex::default(),
+            awaited: Mutex::default(),
+            rendezvous: rendezvous.map(|want| Rendezvous {
+                want,
+                inside: std::sync::Mutex::new(0),
+                all_in: std::sync::Condvar::new(),
+                met: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
 }
 
 impl Recording {
     fn take(&self) -> (BTreeSet<u64>, BTreeSet<u64>) {
+        self.awaited.lock().clear();
         (
             std::mem::take(&mut *self.reads.lock()),
             std::mem::take(&mut *self.prefetched.lock()),
@@ -56,6 +88,28 @@ impl BlockDevice for Recording {
             "prefetch off the device"
         );
         self.prefetched.lock().extend(block..block + count);
+    }
+    fn await_prefetch(&self, block: u64, count: u64) {
+        self.awaited.lock().extend(block..block + count);
+        let Some(r) = &self.rendezvous else {
+            return;
+        };
+        let mut inside = r.inside.lock().unwrap();
+        *inside += 1;
+        if *inside >= r.want {
+            r.met.store(true, std::sync::atomic::Ordering::SeqCst);
+            r.all_in.notify_all();
+        } else {
+            // Under the engine's lock the others could never come in.
+            inside = r
+                .all_in
+                .wait_timeout_while(inside, Duration::from_secs(5), |_| {
+                    !r.met.load(std::sync::atomic::Ordering::SeqCst)
+                })
+                .unwrap()
+                .0;
+        }
+        *inside -= 1;
     }
 }
 
@@ -103,11 +157,10 @@ fn read(dev: &SsdDevice, lpn: u64, pages: u64) -> Vec<u8> {
 #[test]
 fn reads_prefetch_exactly_the_pages_they_read_and_sequential_ones_the_next() {
     let c = cfg();
-    let rec = Arc::new(Recording {
-        inner: MemDevice::new(PAGE as u32, Ssd::image_blocks(&c, PAGE as u32)).unwrap(),
-        reads: Mutex::default(),
-        prefetched: Mutex::default(),
-    });
+    let rec = Arc::new(Recording::new(
+        MemDevice::new(PAGE as u32, Ssd::image_blocks(&c, PAGE as u32)).unwrap(),
+        None,
+    ));
     let image: Arc<dyn BlockDevice> = rec.clone();
     // Written in a scattered order, so logical neighbours land apart.
     {
@@ -125,17 +178,21 @@ fn reads_prefetch_exactly_the_pages_they_read_and_sequential_ones_the_next() {
 
     // A read that continues none: its own pages, no more.
     read(&dev, 100, 8);
+    let awaited = rec.awaited.lock().clone();
     let (reads, prefetched) = rec.take();
     assert_eq!(reads.len(), 8, "one image page per logical page");
     assert_eq!(prefetched, reads, "a lone read prefetches what it reads");
+    assert_eq!(awaited, reads, "and waits for exactly those");
 
     // Sequential reads: each prefetches its own pages and the next reads'.
     read(&dev, 0, 8);
     let (_, first) = rec.take();
     assert_eq!(first.len(), 8, "the first read of a stream fetches no more");
     read(&dev, 8, 8);
-    let (_, second) = rec.take();
+    let awaited = rec.awaited.lock().clone();
+    let (reads, second) = rec.take();
     assert!(second.len() > 8, "a continuing read prefetches ahead");
+    assert_eq!(awaited, reads, "but waits only for its own pages");
     for lpn in [16, 24, 32] {
         read(&dev, lpn, 8);
         let (reads, _) = rec.take();
@@ -159,5 +216,33 @@ fn reads_prefetch_exactly_the_pages_they_read_and_sequential_ones_the_next() {
     assert!(
         reads.is_subset(&prefetched),
         "every page read was hinted first"
+    );
+}
+
+/// Two threads reading at once wait for their image pages at the same
+/// time: neither waits for the disk under the engine's lock.
+#[test]
+fn concurrent_reads_wait_for_their_pages_outside_the_lock() {
+    let c = cfg();
+    let rec = Arc::new(Recording::new(
+        MemDevice::new(PAGE as u32, Ssd::image_blocks(&c, PAGE as u32)).unwrap(),
+        Some(2),
+    ));
+    let image: Arc<dyn BlockDevice> = rec.clone();
+    let dev = SsdDevice::virtual_time(Ssd::open_on(c, Box::new(image.clone())).unwrap())
+        .prefetch_from(image);
+    for lpn in 0..LOGICAL {
+        dev.write(lpn, &pattern(lpn)).unwrap();
+    }
+    // Programmed to the image, so the reads below need image pages.
+    dev.flush().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| read(&dev, 10, 1));
+        s.spawn(|| read(&dev, 200, 1));
+    });
+    let r = rec.rendezvous.as_ref().unwrap();
+    assert!(
+        r.met.load(std::sync::atomic::Ordering::SeqCst),
+        "the two reads' waits for the image did not overlap"
     );
 }

@@ -370,3 +370,65 @@ fn preallocated_files_are_allocated_and_prefetch_is_a_harmless_hint() {
         assert_eq!(buf, pattern(7, 1));
     }
 }
+
+/// Which of the file's first `blocks` blocks are in the page cache.
+fn resident(file: &File, blocks: usize) -> Vec<bool> {
+    use std::os::fd::AsRawFd;
+    let len = blocks * BS;
+    // SAFETY: a shared read-only mapping of `len` bytes of an open file
+    // (at least that long), only passed to mincore and unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    let page = 4096;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `p` maps `len` bytes and `vec` has one byte per page of it.
+    let rc = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
+    // SAFETY: unmapping exactly the mapping made above.
+    unsafe { libc::munmap(p, len) };
+    assert_eq!(rc, 0);
+    (0..blocks).map(|b| vec[b * BS / page] & 1 != 0).collect()
+}
+
+/// `await_prefetch` returns once a prefetched range is in the page cache
+/// (its last block at least), and is a harmless hint out of range.
+#[test]
+fn awaited_prefetch_leaves_the_range_cached() {
+    use std::os::fd::AsRawFd;
+    const BLOCKS: u64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dev");
+    let dev = FileDeviceOptions::new()
+        .direct(false)
+        .create(&path, BLOCKS)
+        .unwrap();
+    dev.write(0, &pattern(1, BLOCKS as usize)).unwrap();
+    dev.flush().unwrap();
+    let file = File::open(&path).unwrap();
+    // SAFETY: a plain syscall on a descriptor we own.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if resident(&file, BLOCKS as usize).iter().any(|&r| r) {
+        println!("SKIP: this file system keeps the pages (a RAM file system?)");
+        return;
+    }
+    dev.prefetch(8, 16);
+    dev.await_prefetch(8, 16);
+    assert!(
+        resident(&file, BLOCKS as usize)[23],
+        "the range's last block is cached"
+    );
+    dev.await_prefetch(BLOCKS - 1, 2);
+    dev.await_prefetch(u64::MAX, 1);
+    dev.await_prefetch(0, 0);
+    let mut buf = vec![0u8; 16 * BS];
+    dev.read(8, &mut buf).unwrap();
+    assert_eq!(buf, pattern(1, BLOCKS as usize)[8 * BS..24 * BS]);
+}
