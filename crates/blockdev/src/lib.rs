@@ -24,6 +24,7 @@
 
 mod aligned;
 mod behind;
+mod cached;
 mod corrupt;
 mod crash;
 mod crc;
@@ -36,6 +37,7 @@ pub mod size;
 mod uring;
 
 pub use behind::WriteBehind;
+pub use cached::cached_pages;
 pub use corrupt::{Corruption, CorruptionEvent, SECTOR};
 pub use crash::{CrashDevice, CrashReport, CrashStats, Fault};
 pub use crc::CrcShift;

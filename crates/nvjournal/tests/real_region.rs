@@ -187,29 +187,9 @@ fn extent_flags(path: &Path) -> Option<Vec<u32>> {
 
 /// How many of the file's first `pages` pages are in the page cache.
 fn cached_pages(path: &Path, pages: usize) -> usize {
-    use std::os::fd::AsRawFd;
     let file = std::fs::File::open(path).unwrap();
-    let len = pages * BS;
-    // SAFETY: a read-only shared mapping of a file we hold open, unmapped
-    // below; only its residency is queried, nothing is read through it.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: `p` maps `len` bytes and `vec` has one byte per page.
-    let rc = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
-    // SAFETY: unmapping exactly the mapping made above.
-    unsafe { libc::munmap(p, len) };
-    assert_eq!(rc, 0);
-    vec.iter().filter(|&&b| b & 1 != 0).count()
+    let cached = ptsd_blockdev::cached_pages(&file, pages * BS).unwrap();
+    cached.iter().filter(|&&c| c).count()
 }
 
 /// In msync mode a sync writes the dirty pages with direct I/O where the

@@ -373,29 +373,8 @@ fn preallocated_files_are_allocated_and_prefetch_is_a_harmless_hint() {
 
 /// Which of the file's first `blocks` blocks are in the page cache.
 fn resident(file: &File, blocks: usize) -> Vec<bool> {
-    use std::os::fd::AsRawFd;
-    let len = blocks * BS;
-    // SAFETY: a shared read-only mapping of `len` bytes of an open file
-    // (at least that long), only passed to mincore and unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    let page = 4096;
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `p` maps `len` bytes and `vec` has one byte per page of it.
-    let rc = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
-    // SAFETY: unmapping exactly the mapping made above.
-    unsafe { libc::munmap(p, len) };
-    assert_eq!(rc, 0);
-    (0..blocks).map(|b| vec[b * BS / page] & 1 != 0).collect()
+    let pages = crate::cached_pages(file, blocks * BS).unwrap();
+    (0..blocks).map(|b| pages[b * BS / 4096]).collect()
 }
 
 /// `await_prefetch` returns once a prefetched range is in the page cache
