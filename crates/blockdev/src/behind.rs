@@ -9,9 +9,10 @@ use crate::{check_request, BlockDevice, BlockError};
 
 /// Wraps a device so that [`write_batch_owned`](BlockDevice::write_batch_owned)
 /// returns at once and a background thread writes the batch, while the
-/// caller goes on. Every other call first waits for the batches handed over
-/// before it, so reads see them, a [`flush`](BlockDevice::flush) makes them
-/// durable, and writes stay in order.
+/// caller goes on. A read first waits for the batches handed over before it
+/// that write any of its blocks, so it sees them; every other call waits
+/// for all of them, so a [`flush`](BlockDevice::flush) makes them durable
+/// and writes stay in order.
 ///
 /// For a store that writes out large batches while holding a lock (an
 /// emulated SSD's page image: the kernel's copy into its page cache then
@@ -51,10 +52,30 @@ struct Shared {
 /// An owned batch of extents and its byte count.
 type Batch = (Vec<(u64, Vec<u8>)>, usize);
 
+/// The blocks a batch not yet written covers, for reads to check against.
+struct Pending {
+    /// Its number in `State::submitted` order.
+    seq: u64,
+    /// First and last-plus-one block of all its extents (a quick reject).
+    span: (u64, u64),
+    /// Its extents, `[start, end)` in blocks.
+    extents: Vec<(u64, u64)>,
+}
+
+impl Pending {
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        start < self.span.1
+            && self.span.0 < end
+            && self.extents.iter().any(|&(s, e)| start < e && s < end)
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Batches handed over and not yet taken.
     queue: std::collections::VecDeque<Batch>,
+    /// Batches handed over and not yet written, oldest first.
+    pending: std::collections::VecDeque<Pending>,
     /// Batches handed over so far, and written so far (in order).
     submitted: u64,
     completed: u64,
@@ -99,6 +120,34 @@ impl WriteBehind {
             None => Ok(()),
         }
     }
+
+    /// Wait until every batch handed over before this call that writes a
+    /// block of `ranges` (`[start, end)` in blocks) is written: a read of
+    /// other blocks need not wait for the writer's copy to finish.
+    fn wait_for_reads(&self, ranges: &[(u64, u64)]) -> Result<(), BlockError> {
+        let mut st = self.shared.state.lock();
+        let last = st
+            .pending
+            .iter()
+            .rev()
+            .find(|p| ranges.iter().any(|&(s, e)| p.overlaps(s, e)))
+            .map(|p| p.seq);
+        if let Some(target) = last {
+            while st.completed < target && st.failed.is_none() {
+                self.shared.done.wait(&mut st);
+            }
+        }
+        match &st.failed {
+            Some(e) => Err(BlockError::WriteBehindFailed(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks `[start, end)` that `len` bytes from `block` cover.
+    fn range(&self, block: u64, len: usize) -> (u64, u64) {
+        let bs = u64::from(self.inner.block_size());
+        (block, block.saturating_add((len as u64).div_ceil(bs)))
+    }
 }
 
 fn write_loop(dev: &dyn BlockDevice, shared: &Shared) {
@@ -119,6 +168,7 @@ fn write_loop(dev: &dyn BlockDevice, shared: &Shared) {
         let result = dev.write_batch_owned(batch);
         let mut st = shared.state.lock();
         st.completed += 1;
+        st.pending.pop_front();
         st.bytes_in_flight -= bytes;
         if let Err(e) = result {
             if st.failed.is_none() {
@@ -150,7 +200,7 @@ impl BlockDevice for WriteBehind {
         self.inner.num_blocks()
     }
     fn read(&self, block: u64, buf: &mut [u8]) -> Result<(), BlockError> {
-        self.wait()?;
+        self.wait_for_reads(&[self.range(block, buf.len())])?;
         self.inner.read(block, buf)
     }
     fn write(&self, block: u64, buf: &[u8]) -> Result<(), BlockError> {
@@ -179,6 +229,13 @@ impl BlockDevice for WriteBehind {
             check_request(self, *block, buf.len())?;
         }
         let bytes: usize = writes.iter().map(|(_, d)| d.len()).sum();
+        let extents: Vec<(u64, u64)> = writes
+            .iter()
+            .map(|(b, d)| self.range(*b, d.len()))
+            .collect();
+        let span = extents
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), &(s, e)| (lo.min(s), hi.max(e)));
         let mut st = self.shared.state.lock();
         while st.bytes_in_flight > 0
             && st.bytes_in_flight + bytes > self.max_bytes
@@ -191,12 +248,15 @@ impl BlockDevice for WriteBehind {
         }
         st.bytes_in_flight += bytes;
         st.submitted += 1;
+        let seq = st.submitted;
+        st.pending.push_back(Pending { seq, span, extents });
         st.queue.push_back((writes, bytes));
         self.shared.work.notify_one();
         Ok(())
     }
     fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<(), BlockError> {
-        self.wait()?;
+        let ranges: Vec<(u64, u64)> = reads.iter().map(|(b, d)| self.range(*b, d.len())).collect();
+        self.wait_for_reads(&ranges)?;
         self.inner.read_batch(reads)
     }
     fn prefetch(&self, block: u64, count: u64) {
@@ -293,5 +353,100 @@ mod tests {
         let mut buf = vec![0u8; 2048];
         dev.read(99 * 4, &mut buf).unwrap();
         assert_eq!(buf, vec![99u8; 2048]);
+    }
+
+    /// A device whose batch writes wait until the gate opens.
+    struct Gated {
+        inner: MemDevice,
+        open: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl BlockDevice for Gated {
+        fn block_size(&self) -> u32 {
+            self.inner.block_size()
+        }
+        fn num_blocks(&self) -> u64 {
+            self.inner.num_blocks()
+        }
+        fn read(&self, block: u64, buf: &mut [u8]) -> Result<(), BlockError> {
+            self.inner.read(block, buf)
+        }
+        fn write(&self, block: u64, buf: &[u8]) -> Result<(), BlockError> {
+            self.inner.write(block, buf)
+        }
+        fn flush(&self) -> Result<(), BlockError> {
+            self.inner.flush()
+        }
+        fn discard(&self, block: u64, count: u64) -> Result<(), BlockError> {
+            self.inner.discard(block, count)
+        }
+        fn write_batch_owned(&self, writes: Vec<(u64, Vec<u8>)>) -> Result<(), BlockError> {
+            let mut open = self.open.lock();
+            while !*open {
+                self.opened.wait(&mut open);
+            }
+            drop(open);
+            self.inner.write_batch_owned(writes)
+        }
+    }
+
+    /// A read waits for the batches that write its blocks and only for
+    /// them: one of other blocks goes on while the writer is still busy.
+    #[test]
+    fn reads_wait_only_for_batches_writing_their_blocks() {
+        let gated = Arc::new(Gated {
+            inner: MemDevice::new(512, 64).unwrap(),
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+        });
+        let dev = WriteBehind::new(gated.clone(), 1 << 20).unwrap();
+        dev.write_batch_owned(vec![(4, vec![1u8; 1024]), (20, vec![2u8; 512])])
+            .unwrap();
+        dev.write_batch_owned(vec![(30, vec![3u8; 512])]).unwrap();
+        // Neither batch can be written yet: reads around them go on.
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut buf = vec![0u8; 512];
+                for b in [0, 3, 6, 19, 21, 29, 31] {
+                    dev.read(b, &mut buf).unwrap();
+                    assert_eq!(buf, vec![0u8; 512], "block {b}");
+                }
+                let mut a = vec![0u8; 1024];
+                let mut c = vec![0u8; 512];
+                dev.read_batch(&mut [(0, &mut a[..]), (40, &mut c[..])])
+                    .unwrap();
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !reader.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let went_ahead = reader.is_finished();
+            if !went_ahead {
+                // Let the stuck reader finish, then fail.
+                *gated.open.lock() = true;
+                gated.opened.notify_all();
+            }
+            assert!(went_ahead, "reads of other blocks waited for the writer");
+        });
+        let mut buf = vec![0u8; 512];
+        // A read of a batch's block waits until it is written.
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut buf = vec![0u8; 1024];
+                dev.read(30, &mut buf[..512]).unwrap();
+                dev.read_batch(&mut [(4, &mut buf[..])]).unwrap();
+                buf
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!reader.is_finished(), "a read of a queued block went ahead");
+            *gated.open.lock() = true;
+            gated.opened.notify_all();
+            assert_eq!(reader.join().unwrap(), vec![1u8; 1024]);
+        });
+        dev.read(30, &mut buf).unwrap();
+        assert_eq!(buf, vec![3u8; 512]);
+        dev.read(20, &mut buf).unwrap();
+        assert_eq!(buf, vec![2u8; 512]);
     }
 }
