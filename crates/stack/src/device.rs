@@ -204,8 +204,9 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
             // The FTL writes its staged programs out in batches of up to
             // 4 MiB while it holds the SSD's lock; the kernel's copy of a
             // batch into the page cache then happens on a thread of its
-            // own, off the lock and off the request's path. Every read,
-            // flush and other write waits for it first.
+            // own, off the lock and off the request's path. Every flush
+            // and other write waits for it first, a read only if it needs
+            // one of the batch's pages.
             let dev = WriteBehind::new(Arc::new(dev), IMAGE_WRITE_BEHIND).map_err(|source| {
                 StackError::Device {
                     what: "starting the emulated SSD image's writer",
