@@ -143,7 +143,8 @@ impl WriteBehind {
         }
     }
 
-    /// Blocks `[start, end)` that `len` bytes from `block` cover.
+    /// Blocks `[start, end)` that a read of `len` bytes from `block` covers
+    /// (a bad request is refused by the device after the wait, as before).
     fn range(&self, block: u64, len: usize) -> (u64, u64) {
         let bs = u64::from(self.inner.block_size());
         (block, block.saturating_add((len as u64).div_ceil(bs)))
@@ -225,14 +226,11 @@ impl BlockDevice for WriteBehind {
     }
     fn write_batch_owned(&self, writes: Vec<(u64, Vec<u8>)>) -> Result<(), BlockError> {
         // Refused now, not in the background: a bad extent writes nothing.
-        for (block, buf) in &writes {
-            check_request(self, *block, buf.len())?;
-        }
-        let bytes: usize = writes.iter().map(|(_, d)| d.len()).sum();
-        let extents: Vec<(u64, u64)> = writes
+        let extents = writes
             .iter()
-            .map(|(b, d)| self.range(*b, d.len()))
-            .collect();
+            .map(|(block, buf)| Ok((*block, block + check_request(self, *block, buf.len())?)))
+            .collect::<Result<Vec<(u64, u64)>, BlockError>>()?;
+        let bytes: usize = writes.iter().map(|(_, d)| d.len()).sum();
         let span = extents
             .iter()
             .fold((u64::MAX, 0), |(lo, hi), &(s, e)| (lo.min(s), hi.max(e)));
