@@ -1651,3 +1651,43 @@ on_both_transports!(o_tmpfile_then_linkat,);
 fn posix_operations_over_uring_polling() {
     posix_operations_through_std_fs(Transport::UringPoll);
 }
+
+/// `fstrim` (FITRIM through FUSE's ioctl) discards the free space and
+/// leaves the files as they were.
+fn fstrim_discards_free_space(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    if Command::new("fstrim").arg("--version").output().is_err() {
+        eprintln!("SKIP: no fstrim (util-linux)");
+        return;
+    }
+    let mut m = Mounted::on(t, "512M", &[]);
+    let keep: Vec<u8> = (0..(8u32 << 20)).map(|i| (i % 253) as u8).collect();
+    std::fs::write(m.dir.join("keep"), &keep).unwrap();
+    std::fs::write(m.dir.join("gone"), vec![7u8; 16 << 20]).unwrap();
+    std::fs::remove_file(m.dir.join("gone")).unwrap();
+    let out = Command::new("fstrim")
+        .arg("-v")
+        .arg(&m.dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "DIR: 487.5 MiB (511180800 bytes) trimmed": at least what was freed.
+    let bytes: u64 = said
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("fstrim said {said:?}"));
+    assert!(bytes >= 16 << 20, "{said}");
+    assert_eq!(std::fs::read(m.dir.join("keep")).unwrap(), keep);
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(fstrim_discards_free_space,);

@@ -210,6 +210,10 @@ impl Store for Interposed {
     fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
         self.inner.write_super(block)
     }
+    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+        self.inner.discard(blk, count)
+    }
+
     fn close(&self) -> Result<(), StoreError> {
         self.inner.close()
     }

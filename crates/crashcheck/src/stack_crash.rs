@@ -575,7 +575,11 @@ fn run_ops(ops: &[Op], opts: Opts) -> CheckResult {
             let r = live.m.close();
             r.and_then(|()| assembly::mount(&media).map(|m| live.m = m))
         } else {
-            live.exec(op)
+            let r = live.exec(op);
+            // As the FUSE layers do after each reply: freed space is
+            // discarded once enough was freed (a sync, then TRIMs).
+            live.m.fs().trim_if_due();
+            r
         };
         if trace() {
             eprintln!(

@@ -7,7 +7,7 @@
 //! and operations in different groups never wait on each other.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RawMutex};
@@ -40,6 +40,12 @@ pub struct Allocator {
     num_blocks: u64,
     /// Where the next directory's search for a roomy group starts.
     next_dir_group: AtomicUsize,
+    /// Per group: blocks were freed since its free space was last
+    /// discarded (all groups at mount: nothing says they were).
+    trim_due: Vec<AtomicBool>,
+    /// Blocks freed since the last trim (a trigger, not an exact count:
+    /// an operation rolled back still counts).
+    freed_since_trim: AtomicU64,
 }
 
 impl Allocator {
@@ -55,6 +61,7 @@ impl Allocator {
             free_per_group.push(AtomicU64::new(free));
         }
         Self {
+            trim_due: bitmaps.iter().map(|_| AtomicBool::new(true)).collect(),
             groups: bitmaps
                 .into_iter()
                 .map(|bits| Arc::new(Mutex::new(Group { bits })))
@@ -64,7 +71,89 @@ impl Allocator {
             bitmap_start,
             num_blocks,
             next_dir_group: AtomicUsize::new(0),
+            freed_since_trim: AtomicU64::new(0),
         }
+    }
+
+    /// Blocks freed since the last [`trim_group`](Self::trim_group) pass
+    /// began.
+    pub fn freed_since_trim(&self) -> u64 {
+        self.freed_since_trim.load(Ordering::Relaxed)
+    }
+
+    /// Freed blocks worth an online trim: `max` (the caller's ceiling), or
+    /// a sixteenth of a smaller device's blocks (at least 64).
+    pub fn auto_trim_blocks(&self, max: u64) -> u64 {
+        (self.num_blocks / 16).clamp(64, max.max(64))
+    }
+
+    /// Claim the freed-block count for a trim pass (returns what it was).
+    pub fn take_freed_since_trim(&self) -> u64 {
+        self.freed_since_trim.swap(0, Ordering::Relaxed)
+    }
+
+    /// Number of allocation groups.
+    pub fn num_groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Whether group `g` had blocks freed since its last trim.
+    pub fn trim_due(&self, g: usize) -> bool {
+        self.trim_due
+            .get(g)
+            .is_some_and(|d| d.load(Ordering::Relaxed))
+    }
+
+    /// Discard the free runs of group `g` that lie in `[lo, hi)` and are at
+    /// least `min_len` blocks long, holding the group's lock throughout so
+    /// that none of them is allocated (and written) before its discard
+    /// reaches the device. `sync` runs first, under the lock: it must make
+    /// every finished transaction durable, so each free being discarded is
+    /// durable too (a crash can then never bring back an owner of a
+    /// discarded block). Returns the blocks discarded.
+    pub fn trim_group<E>(
+        &self,
+        g: usize,
+        (lo, hi): (u64, u64),
+        min_len: u64,
+        sync: impl FnOnce() -> Result<(), E>,
+        mut discard: impl FnMut(u64, u64) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let Some(group) = self.groups.get(g) else {
+            return Ok(0);
+        };
+        let guard = group.lock();
+        let due = self.trim_due[g].swap(false, Ordering::Relaxed);
+        let res = (|| {
+            sync()?;
+            let base = g as u64 * BITS_PER_GROUP;
+            let nbits = BITS_PER_GROUP.min(self.num_blocks.saturating_sub(base));
+            let (from, to) = (
+                lo.max(base) - base,
+                hi.min(base + nbits).saturating_sub(base),
+            );
+            let mut trimmed = 0;
+            let mut i = from;
+            while i < to {
+                if get_bit(&guard.bits, i) {
+                    i += 1;
+                    continue;
+                }
+                let start = i;
+                while i < to && !get_bit(&guard.bits, i) {
+                    i += 1;
+                }
+                if i - start >= min_len.max(1) {
+                    discard(base + start, i - start)?;
+                    trimmed += i - start;
+                }
+            }
+            Ok(trimmed)
+        })();
+        if res.is_err() && due {
+            self.trim_due[g].store(true, Ordering::Relaxed);
+        }
+        res
     }
 
     /// Goal block for a new directory (Orlov-style spreading, as in
@@ -281,6 +370,8 @@ impl AllocCtx<'_> {
                 set_bit(&mut guard.bits, i, false);
                 self.undo.push((blk, true));
                 self.alloc.adjust(g, 1);
+                self.alloc.trim_due[g].store(true, Ordering::Relaxed);
+                self.alloc.freed_since_trim.fetch_add(1, Ordering::Relaxed);
                 if !self.dirty.contains(&g) {
                     self.dirty.push(g);
                 }
@@ -372,6 +463,61 @@ pub fn set_bit_in(bitmap: &mut [u8], blk: u64, v: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trim_discards_free_runs_after_a_sync_under_the_group_lock() {
+        let n = BITS_PER_GROUP * 2;
+        let a = Allocator::new(initial_bitmaps(n, &[0, 1, 2, 3]), 1, n);
+        let mut ctx = a.prepare(20, 0, &[]).unwrap();
+        assert_eq!(ctx.alloc(20, 0), vec![(4, 20)]);
+        ctx.commit();
+        let mut ctx = a.prepare(0, 0, &[(6, 3), (10, 1)]).unwrap();
+        ctx.free(6, 3).unwrap();
+        ctx.free(10, 1).unwrap();
+        ctx.commit();
+        assert!(
+            a.trim_due(0) && a.trim_due(1),
+            "every group is due at mount"
+        );
+        assert_eq!(a.freed_since_trim(), 4);
+        let synced = std::cell::Cell::new(false);
+        let mut log = Vec::new();
+        let got = a
+            .trim_group(
+                0,
+                (0, 30),
+                2,
+                || {
+                    synced.set(true);
+                    Ok::<(), ()>(())
+                },
+                |b, len| {
+                    assert!(synced.get(), "discard before the sync");
+                    // The group stays locked: no allocation can take it.
+                    assert!(a.groups[0].try_lock().is_none());
+                    log.push((b, len));
+                    Ok(())
+                },
+            )
+            .unwrap();
+        // (10, 1) is shorter than asked; the range ends at 30.
+        assert_eq!(log, vec![(6, 3), (24, 6)]);
+        assert_eq!(got, 9);
+        assert!(!a.trim_due(0) && a.trim_due(1));
+        // A failed sync discards nothing and leaves the group due.
+        let mut ctx = a.prepare(0, 0, &[(4, 1)]).unwrap();
+        ctx.free(4, 1).unwrap();
+        ctx.commit();
+        let res = a.trim_group(
+            0,
+            (0, n),
+            1,
+            || Err("journal down"),
+            |_, _| panic!("discarded after a failed sync"),
+        );
+        assert_eq!(res, Err("journal down"));
+        assert!(a.trim_due(0));
+    }
 
     #[test]
     fn alloc_free_and_rollback() {

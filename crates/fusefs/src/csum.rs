@@ -325,6 +325,10 @@ impl Store for ChecksumStore {
         self.inner.write_super(block)
     }
 
+    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+        self.inner.discard(blk, count)
+    }
+
     fn close(&self) -> Result<(), StoreError> {
         self.inner.close()
     }

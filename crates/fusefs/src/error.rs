@@ -115,6 +115,7 @@ impl Errno {
     pub const EMLINK: Errno = Errno(libc::EMLINK);
     pub const EROFS: Errno = Errno(libc::EROFS);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
+    pub const ENOTTY: Errno = Errno(libc::ENOTTY);
 }
 
 impl std::fmt::Display for Errno {

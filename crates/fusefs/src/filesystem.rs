@@ -43,6 +43,7 @@ mod rename;
 mod seek;
 mod symlink;
 mod tmpfile;
+mod trim;
 mod xattr;
 
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
@@ -221,6 +222,8 @@ pub struct FileSystem {
     free_gen: AtomicU64,
     /// The `free_gen` a journal commit has covered.
     free_synced: AtomicU64,
+    /// A trim of freed space is running (see `trim.rs`).
+    trimming: AtomicBool,
 }
 
 /// Locks held by one operation, by inode number.
@@ -297,6 +300,7 @@ impl FileSystem {
             ordered_min_blocks: AtomicU64::new(DEFAULT_ORDERED_MIN_BLOCKS),
             free_gen: AtomicU64::new(0),
             free_synced: AtomicU64::new(0),
+            trimming: AtomicBool::new(false),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -336,6 +340,10 @@ impl FileSystem {
             return Ok(());
         }
         self.store.sync()?;
+        // Before the final checkpoint: what was freed goes to the device as
+        // free, so the next mount (or another user of the device) starts
+        // with an SSD that knows it.
+        self.trim_freed();
         self.store.close()?;
         if !self.failed.load(Ordering::SeqCst) {
             let mut sb = self.sb.lock();

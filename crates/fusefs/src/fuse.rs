@@ -209,6 +209,7 @@ impl Filesystem for FuseFs {
     // fuser's default `batch_forget` calls this for each node.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.fs.forget(self.ino(ino), nlookup);
+        self.fs.trim_if_due();
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -253,6 +254,7 @@ impl Filesystem for FuseFs {
             Ok(a) => reply.attr(&TTL, &self.attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
+        self.fs.trim_if_due();
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -306,10 +308,13 @@ impl Filesystem for FuseFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         Self::empty(self.fs.unlink(self.ino(parent), name.as_bytes()), reply);
+        // After the reply: the caller does not wait for a trim.
+        self.fs.trim_if_due();
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         Self::empty(self.fs.rmdir(self.ino(parent), name.as_bytes()), reply);
+        self.fs.trim_if_due();
     }
 
     fn symlink(
@@ -351,6 +356,7 @@ impl Filesystem for FuseFs {
             ),
             reply,
         );
+        self.fs.trim_if_due();
     }
 
     fn link(
@@ -439,6 +445,7 @@ impl Filesystem for FuseFs {
         reply: ReplyEmpty,
     ) {
         Self::empty(self.fs.release(self.ino(ino)), reply);
+        self.fs.trim_if_due();
     }
 
     fn fsync(
@@ -642,6 +649,24 @@ impl Filesystem for FuseFs {
         }
     }
 
+    /// FITRIM (`fstrim DIR`); every other ioctl is ENOTTY.
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        match self.fs.ioctl(caller(req), cmd, in_data) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     fn fallocate(
         &self,
         _req: &Request,
@@ -656,6 +681,7 @@ impl Filesystem for FuseFs {
             self.fs.fallocate(self.ino(ino), offset, length, mode),
             reply,
         );
+        self.fs.trim_if_due();
     }
 }
 

@@ -41,6 +41,16 @@ pub trait Store: Send + Sync {
     /// Write block 0 (the superblock) straight to the device and flush. The
     /// superblock is never journaled.
     fn write_super(&self, block: &[u8]) -> Result<(), StoreError>;
+    /// Tell the device that `[blk, blk + count)` hold nothing (TRIM), so an
+    /// SSD need not keep copying them. Only for free blocks whose freeing
+    /// is durable ([`sync`](Self::sync) returned after it) and that nobody
+    /// can allocate until this returns. A version the journal still holds
+    /// may be checkpointed over them later, which is harmless. The default
+    /// does nothing (a hint a store may ignore).
+    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+        let _ = (blk, count);
+        Ok(())
+    }
     /// Checkpoint and release the store (clean unmount).
     fn close(&self) -> Result<(), StoreError>;
     /// One line saying what this store is and how durable it is.
@@ -152,6 +162,9 @@ impl Store for DirectStore {
     fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
         self.dev.write(0, block)?;
         Ok(self.dev.flush()?)
+    }
+    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+        Ok(self.dev.discard(blk, count)?)
     }
     fn close(&self) -> Result<(), StoreError> {
         self.sync()
@@ -298,6 +311,9 @@ impl Store for JournalStore {
     fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
         self.dev.write(0, block)?;
         Ok(self.dev.flush()?)
+    }
+    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+        Ok(self.dev.discard(blk, count)?)
     }
     fn close(&self) -> Result<(), StoreError> {
         Ok(self.journal.close()?)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice};
-use ptsd_fs::{Caller, FileSystem};
+use ptsd_fs::{Caller, FileSystem, Store};
 use ptsd_ftl::{FtlConfig, Ssd};
 use ptsd_nvjournal::CrashRegion;
 use ptsd_stack::{
@@ -429,4 +429,38 @@ fn a_journal_on_a_disk_file_defaults_to_one_partition() {
         seen_disk,
         "/var/tmp is on a RAM file system: nothing checked the disk case"
     );
+}
+
+/// Deleting files tells the emulated SSD: online trims once enough was
+/// freed (as the FUSE layers ask after each request), and the rest at
+/// unmount; the SSD counts every deleted page as discarded.
+#[test]
+fn deleted_files_are_discarded_on_the_emulated_ssd() {
+    let image = blank_image();
+    let region = CrashRegion::new(4 << 20);
+    let stack = Stack::open(sim_spec(&image, &region)).unwrap();
+    let fs = stack.fs();
+    let body = body(1 << 20, 3);
+    for round in 0..4 {
+        for i in 0..10 {
+            write_file(fs, &format!("r{round}f{i}"), &body);
+        }
+        stack.store().checkpoint().unwrap();
+        for i in 0..10 {
+            fs.unlink(fs.root(), format!("r{round}f{i}").as_bytes())
+                .unwrap();
+            fs.trim_if_due();
+        }
+    }
+    let s = stack.ssd().expect("an emulated SSD").stats();
+    // Each trim discards whole free runs, so at least every deleted page
+    // of the rounds trimmed online (the last may wait for the unmount).
+    assert!(s.host_discard_pages >= 3 * 10 * 256, "{s:?}");
+    stack.close().unwrap();
+    let stack = Stack::open(sim_spec(&image, &CrashRegion::new(4 << 20))).unwrap();
+    assert_eq!(
+        stack.fs().readdir(stack.fs().root(), 0, 100).unwrap().len(),
+        2
+    );
+    stack.close().unwrap();
 }

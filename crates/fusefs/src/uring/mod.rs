@@ -27,6 +27,14 @@ use proto::{InHeader, Request, Response};
 pub trait Handler: Send + Sync + 'static {
     /// Answers one request.
     fn handle(&self, h: &InHeader, req: Request<'_>) -> Response;
+    /// Whether work is due that the queue's thread should do once its
+    /// reply is on its way ([`after_reply`](Self::after_reply)); asked
+    /// after every request, so it must be cheap. Default: never.
+    fn work_due(&self) -> bool {
+        false
+    }
+    /// The work [`work_due`](Self::work_due) announced.
+    fn after_reply(&self) {}
 }
 
 /// The module parameter that turns the kernel side on.

@@ -61,6 +61,7 @@ pub mod opcode {
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
+    pub const IOCTL: u32 = 39;
     pub const TMPFILE: u32 = 51;
 }
 
@@ -287,6 +288,11 @@ pub enum Request<'a> {
         offset: i64,
         whence: i32,
     },
+    /// `fuse_ioctl_in` and the caller's input bytes.
+    Ioctl {
+        cmd: u32,
+        data: &'a [u8],
+    },
     /// An opcode ptsd-fs does not handle: answered ENOSYS.
     Unsupported(u32),
 }
@@ -434,6 +440,14 @@ pub fn decode<'a>(
             Request::Lseek {
                 offset: offset as i64,
                 whence: whence as i32,
+            }
+        }
+        IOCTL => {
+            let (_fh, _flags, cmd, _arg) = (a.u64()?, a.u32()?, a.u32()?, a.u64()?);
+            let in_size = a.u32()? as usize;
+            Request::Ioctl {
+                cmd,
+                data: p.bytes(in_size, "ioctl input")?,
             }
         }
         other => Request::Unsupported(other),
@@ -651,6 +665,8 @@ pub enum Response {
     XattrSize(u32),
     Offset(u64),
     Statfs(StatfsOut),
+    /// `fuse_ioctl_out` (result 0, no retry) then the output bytes.
+    Ioctl(Vec<u8>),
 }
 
 /// `struct fuse_kstatfs`.
@@ -678,6 +694,7 @@ impl Response {
             Response::Data(d) => d.len(),
             Response::Written(_) | Response::XattrSize(_) | Response::Offset(_) => 8,
             Response::Statfs(_) => 80,
+            Response::Ioctl(d) => 16 + d.len(),
         }
     }
 
@@ -718,6 +735,12 @@ impl Response {
                 w.u32(0);
             }
             Response::Offset(o) => w.u64(*o),
+            Response::Ioctl(d) => {
+                for v in [0, 0, 0, 0] {
+                    w.u32(v);
+                }
+                w.put(d);
+            }
             Response::Statfs(s) => {
                 for v in [s.blocks, s.bfree, s.bavail, s.files, s.ffree] {
                     w.u64(v);

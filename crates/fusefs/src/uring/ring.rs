@@ -221,6 +221,11 @@ fn serve_queue(
         // allocated while the command may be pending: we only return after
         // its completion, and leak them where we cannot know (below).
         unsafe { ring.submission().push(&next) }.map_err(|_| io::Error::other("SQ full"))?;
+        if registered && handler.work_due() {
+            // The reply first, then the work (a trim of freed space).
+            ring.submit()?;
+            handler.after_reply();
+        }
         let cqe = match wait_one(&mut ring, cfg.poll) {
             Ok(c) => c,
             Err(e) => {

@@ -138,6 +138,7 @@ impl FsHandler {
             Request::Create { .. } | Request::Tmpfile { .. } => Op::Create,
             Request::Fallocate { .. } => Op::Fallocate,
             Request::Lseek { .. } => Op::Lseek,
+            Request::Ioctl { .. } => Op::Ioctl,
             Request::Destroy | Request::Unsupported(_) => return,
         };
         self.bump(op);
@@ -183,6 +184,12 @@ fn xattr(v: Result<Vec<u8>, Errno>, size: u32) -> Response {
 }
 
 impl Handler for FsHandler {
+    fn work_due(&self) -> bool {
+        self.fs.trim_is_due()
+    }
+    fn after_reply(&self) {
+        self.fs.trim_if_due()
+    }
     fn handle(&self, h: &InHeader, req: Request<'_>) -> Response {
         self.count(&req);
         let fs = &*self.fs;
@@ -287,6 +294,10 @@ impl Handler for FsHandler {
             Request::Readdir { offset, size } => self.readdir(ino, offset, size, false),
             Request::Readdirplus { offset, size } => self.readdir(ino, offset, size, true),
             Request::Releasedir => Response::Empty,
+            Request::Ioctl { cmd, data } => match fs.ioctl(who, cmd, data) {
+                Ok(out) => Response::Ioctl(out),
+                Err(e) => Response::Error(e.0),
+            },
             Request::Access { .. } => empty(fs.getattr(ino).map(|_| ())),
             Request::Create {
                 name, mode, umask, ..

@@ -1,0 +1,128 @@
+//! Discarding free space (TRIM): online after enough frees, at unmount, and
+//! on request (`fstrim`, FITRIM).
+//!
+//! Without it an SSD below the file system (the emulated one by default)
+//! keeps every block ever written as live data: deleted files' blocks are
+//! copied by its garbage collection forever, and a device that has seen
+//! its capacity written once collects garbage on every write.
+
+use std::sync::atomic::Ordering;
+
+use super::{Caller, FileSystem, BS};
+use crate::error::Errno;
+use crate::format::BITS_PER_GROUP;
+
+/// `FITRIM` (`_IOWR('X', 121, struct fstrim_range)`), as `fstrim(8)` sends it.
+pub const FITRIM: u32 = 0xc018_5879;
+
+/// Freed blocks (4 KiB) that make the next operation's caller trim the
+/// groups they came from: 32 MiB (a sixteenth of a device smaller than
+/// 512 MiB).
+pub const AUTO_TRIM_BLOCKS: u64 = 8192;
+
+impl FileSystem {
+    /// Discard the free runs of at least `min_len` blocks among blocks
+    /// `[first, first + len)`, as FITRIM does; returns the blocks
+    /// discarded. Each allocation group is locked while its runs are
+    /// discarded, after a journal commit has made every free in it durable,
+    /// so no block is discarded while a crash could still give it back to
+    /// its old owner, nor after it is allocated again.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ptsd_blockdev::{BlockDevice, MemDevice};
+    /// # use ptsd_fs::{mkfs, DirectStore, FileSystem, MkfsOptions, Store};
+    /// let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 4096).unwrap());
+    /// let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev).unwrap());
+    /// mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// let fs = FileSystem::mount(store).unwrap();
+    /// // Every free block is discarded, in runs of any length.
+    /// assert_eq!(fs.trim(0, u64::MAX, 1).unwrap(), fs.statfs().bfree);
+    /// ```
+    pub fn trim(&self, first: u64, len: u64, min_len: u64) -> Result<u64, Errno> {
+        self.writable()?;
+        let end = first.saturating_add(len);
+        let lo_g = (first / BITS_PER_GROUP) as usize;
+        let hi_g = (end.div_ceil(BITS_PER_GROUP) as usize).min(self.alloc.num_groups());
+        self.alloc.take_freed_since_trim();
+        let mut total = 0;
+        for g in lo_g..hi_g {
+            total += self.trim_one(g, (first, end), min_len)?;
+        }
+        Ok(total)
+    }
+
+    /// Answer an ioctl the FUSE layers pass on: `FITRIM` with its
+    /// `struct fstrim_range` (start, len, minlen, in bytes) as `data`;
+    /// returns the range to send back, its `len` set to the bytes
+    /// discarded, as the kernel's file systems do. Only root may (the
+    /// kernel asks CAP_SYS_ADMIN); any other ioctl is ENOTTY.
+    pub fn ioctl(&self, who: Caller, cmd: u32, data: &[u8]) -> Result<Vec<u8>, Errno> {
+        if cmd != FITRIM {
+            return Err(Errno::ENOTTY);
+        }
+        if who.uid != 0 {
+            return Err(Errno::EPERM);
+        }
+        let field = |i: usize| {
+            data.get(i * 8..i * 8 + 8)
+                .map(|b| u64::from_ne_bytes(b.try_into().expect("eight bytes")))
+                .ok_or(Errno::EINVAL)
+        };
+        let (start, len, min_len) = (field(0)?, field(1)?, field(2)?);
+        let blocks = self.trim(start / BS, len / BS, min_len.div_ceil(BS).max(1))?;
+        let mut out = Vec::with_capacity(24);
+        for v in [start, blocks * BS, min_len] {
+            out.extend_from_slice(&v.to_ne_bytes());
+        }
+        Ok(out)
+    }
+
+    /// Trim the groups with blocks freed since their last trim, if at least
+    /// [`AUTO_TRIM_BLOCKS`] were freed (a sixteenth of a small device); callers hold no inode or group
+    /// lock (the FUSE layers call it after replying to a request). One
+    /// caller at a time does the work; the others go on.
+    pub fn trim_if_due(&self) {
+        if self.trim_is_due() {
+            self.trim_freed();
+        }
+    }
+
+    /// Whether [`trim_if_due`](Self::trim_if_due) has work (one atomic
+    /// load: cheap enough to ask after every request).
+    pub fn trim_is_due(&self) -> bool {
+        self.alloc.freed_since_trim() >= self.alloc.auto_trim_blocks(AUTO_TRIM_BLOCKS)
+    }
+
+    /// Trim every group with blocks freed since its last trim (one caller
+    /// at a time). Errors are logged: a discard is a hint, and a journal
+    /// failure has already made the file system read-only.
+    pub(super) fn trim_freed(&self) {
+        if self.trimming.swap(true, Ordering::Acquire) {
+            return;
+        }
+        self.alloc.take_freed_since_trim();
+        for g in 0..self.alloc.num_groups() {
+            if !self.alloc.trim_due(g) || self.failed.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let Err(e) = self.trim_one(g, (0, u64::MAX), 1) {
+                tracing::warn!("discarding free space of group {g}: {e:?}");
+                break;
+            }
+        }
+        self.trimming.store(false, Ordering::Release);
+    }
+
+    fn trim_one(&self, g: usize, range: (u64, u64), min_len: u64) -> Result<u64, Errno> {
+        let data_start = self.layout.data_start;
+        let range = (range.0.max(data_start), range.1);
+        self.alloc.trim_group(
+            g,
+            range,
+            min_len,
+            || self.store.sync().map_err(|e| e.errno()),
+            |blk, count| self.store.discard(blk, count).map_err(|e| e.errno()),
+        )
+    }
+}
