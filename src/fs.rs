@@ -444,8 +444,22 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     if let Some(r) = rings {
         r.join();
     }
+    let ssd = stack.ssd().cloned();
     if let Err(e) = stack.close() {
         tracing::error!("clean unmount failed: {e}");
+    }
+    if let Some(ssd) = ssd {
+        // What the emulated SSD did over this mount (RUST_LOG=info).
+        let s = ssd.stats();
+        tracing::info!(
+            "emulated SSD over this mount: {} pages written by the host, {} discarded, \
+             {} GC copies of data and {} of mapping pages, {} erases",
+            s.host_write_pages,
+            s.host_discard_pages,
+            s.gc_data_copies,
+            s.gc_map_copies,
+            s.erases
+        );
     }
     let _ = std::fs::remove_file(&pidf);
     res.context("FUSE session")

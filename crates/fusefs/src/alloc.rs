@@ -15,9 +15,22 @@ use parking_lot::{Mutex, RawMutex};
 use crate::error::Errno;
 use crate::format::{seal_bitmap, BITS_PER_GROUP, BLOCK_SIZE};
 
-/// One allocation group: its bitmap block (crc bytes included).
+/// One allocation group: its bitmap block (crc bytes included), and the
+/// runs freed in it since its last trim.
 pub struct Group {
     pub bits: Vec<u8>,
+    freed: Vec<(u64, u64)>,
+}
+
+/// What [`Allocator::trim_group`] discards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrimScope {
+    /// The runs freed since the group's last trim that are still free (an
+    /// online or unmount trim: space trimmed once is not trimmed again).
+    Freed,
+    /// Every free run in `[lo, hi)` at least `min_len` blocks long
+    /// (FITRIM).
+    Free { lo: u64, hi: u64, min_len: u64 },
 }
 
 fn get_bit(bits: &[u8], i: u64) -> bool {
@@ -40,8 +53,7 @@ pub struct Allocator {
     num_blocks: u64,
     /// Where the next directory's search for a roomy group starts.
     next_dir_group: AtomicUsize,
-    /// Per group: blocks were freed since its free space was last
-    /// discarded (all groups at mount: nothing says they were).
+    /// Per group: blocks were freed since its last trim.
     trim_due: Vec<AtomicBool>,
     /// Blocks freed since the last trim (a trigger, not an exact count:
     /// an operation rolled back still counts).
@@ -61,10 +73,15 @@ impl Allocator {
             free_per_group.push(AtomicU64::new(free));
         }
         Self {
-            trim_due: bitmaps.iter().map(|_| AtomicBool::new(true)).collect(),
+            trim_due: bitmaps.iter().map(|_| AtomicBool::new(false)).collect(),
             groups: bitmaps
                 .into_iter()
-                .map(|bits| Arc::new(Mutex::new(Group { bits })))
+                .map(|bits| {
+                    Arc::new(Mutex::new(Group {
+                        bits,
+                        freed: Vec::new(),
+                    }))
+                })
                 .collect(),
             free_per_group,
             free_total: AtomicU64::new(total),
@@ -104,54 +121,76 @@ impl Allocator {
             .is_some_and(|d| d.load(Ordering::Relaxed))
     }
 
-    /// Discard the free runs of group `g` that lie in `[lo, hi)` and are at
-    /// least `min_len` blocks long, holding the group's lock throughout so
-    /// that none of them is allocated (and written) before its discard
-    /// reaches the device. `sync` runs first, under the lock: it must make
-    /// every finished transaction durable, so each free being discarded is
-    /// durable too (a crash can then never bring back an owner of a
-    /// discarded block). Returns the blocks discarded.
+    /// Discard free runs of group `g` (which ones: `scope`), holding the
+    /// group's lock throughout so that none of them is allocated (and
+    /// written) before its discard reaches the device. `sync` runs first,
+    /// under the lock: it must make every finished transaction durable, so
+    /// each free being discarded is durable too (a crash can then never
+    /// bring back an owner of a discarded block). Returns the blocks
+    /// discarded.
     pub fn trim_group<E>(
         &self,
         g: usize,
-        (lo, hi): (u64, u64),
-        min_len: u64,
+        scope: TrimScope,
         sync: impl FnOnce() -> Result<(), E>,
         mut discard: impl FnMut(u64, u64) -> Result<(), E>,
     ) -> Result<u64, E> {
         let Some(group) = self.groups.get(g) else {
             return Ok(0);
         };
-        let guard = group.lock();
+        let mut guard = group.lock();
         let due = self.trim_due[g].swap(false, Ordering::Relaxed);
+        let mut freed = std::mem::take(&mut guard.freed);
+        let base = g as u64 * BITS_PER_GROUP;
+        let nbits = BITS_PER_GROUP.min(self.num_blocks.saturating_sub(base));
         let res = (|| {
             sync()?;
-            let base = g as u64 * BITS_PER_GROUP;
-            let nbits = BITS_PER_GROUP.min(self.num_blocks.saturating_sub(base));
-            let (from, to) = (
-                lo.max(base) - base,
-                hi.min(base + nbits).saturating_sub(base),
-            );
+            // Group-relative runs to look at, and the shortest worth a
+            // discard.
+            let (runs, min_len) = match scope {
+                TrimScope::Freed => {
+                    freed.sort_unstable();
+                    let mut runs: Vec<(u64, u64)> = Vec::with_capacity(freed.len());
+                    for &(s, l) in &freed {
+                        match runs.last_mut() {
+                            Some((rs, re)) if s <= *re => *re = (*re).max(s + l),
+                            _ => runs.push((s, s + l)),
+                        }
+                    }
+                    (runs, 1)
+                }
+                TrimScope::Free { lo, hi, min_len } => {
+                    let from = lo.max(base) - base;
+                    let to = hi.min(base + nbits).saturating_sub(base);
+                    (vec![(from, to)], min_len.max(1))
+                }
+            };
             let mut trimmed = 0;
-            let mut i = from;
-            while i < to {
-                if get_bit(&guard.bits, i) {
-                    i += 1;
-                    continue;
-                }
-                let start = i;
-                while i < to && !get_bit(&guard.bits, i) {
-                    i += 1;
-                }
-                if i - start >= min_len.max(1) {
-                    discard(base + start, i - start)?;
-                    trimmed += i - start;
+            for (from, to) in runs {
+                let mut i = from;
+                while i < to.min(nbits) {
+                    if get_bit(&guard.bits, i) {
+                        i += 1;
+                        continue;
+                    }
+                    let start = i;
+                    while i < to && !get_bit(&guard.bits, i) {
+                        i += 1;
+                    }
+                    if i - start >= min_len {
+                        discard(base + start, i - start)?;
+                        trimmed += i - start;
+                    }
                 }
             }
             Ok(trimmed)
         })();
-        if res.is_err() && due {
-            self.trim_due[g].store(true, Ordering::Relaxed);
+        if res.is_err() {
+            // Still to do: put back what this pass took.
+            guard.freed.append(&mut freed);
+            if due {
+                self.trim_due[g].store(true, Ordering::Relaxed);
+            }
         }
         res
     }
@@ -372,6 +411,10 @@ impl AllocCtx<'_> {
                 self.alloc.adjust(g, 1);
                 self.alloc.trim_due[g].store(true, Ordering::Relaxed);
                 self.alloc.freed_since_trim.fetch_add(1, Ordering::Relaxed);
+                match guard.freed.last_mut() {
+                    Some((s, l)) if *s + *l == i => *l += 1,
+                    _ => guard.freed.push((i, 1)),
+                }
                 if !self.dirty.contains(&g) {
                     self.dirty.push(g);
                 }
@@ -465,28 +508,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn trim_discards_free_runs_after_a_sync_under_the_group_lock() {
+    fn trim_discards_after_a_sync_under_the_group_lock() {
         let n = BITS_PER_GROUP * 2;
         let a = Allocator::new(initial_bitmaps(n, &[0, 1, 2, 3]), 1, n);
         let mut ctx = a.prepare(20, 0, &[]).unwrap();
         assert_eq!(ctx.alloc(20, 0), vec![(4, 20)]);
         ctx.commit();
+        assert!(!a.trim_due(0), "nothing freed yet");
         let mut ctx = a.prepare(0, 0, &[(6, 3), (10, 1)]).unwrap();
         ctx.free(6, 3).unwrap();
         ctx.free(10, 1).unwrap();
         ctx.commit();
-        assert!(
-            a.trim_due(0) && a.trim_due(1),
-            "every group is due at mount"
-        );
+        // 7 is allocated again before the trim: it is in use, not trimmed.
+        let mut ctx = a.prepare(1, 7, &[]).unwrap();
+        assert_eq!(ctx.alloc(1, 7), vec![(7, 1)]);
+        ctx.commit();
+        assert!(a.trim_due(0) && !a.trim_due(1));
         assert_eq!(a.freed_since_trim(), 4);
         let synced = std::cell::Cell::new(false);
         let mut log = Vec::new();
         let got = a
             .trim_group(
                 0,
-                (0, 30),
-                2,
+                TrimScope::Freed,
                 || {
                     synced.set(true);
                     Ok::<(), ()>(())
@@ -500,23 +544,63 @@ mod tests {
                 },
             )
             .unwrap();
-        // (10, 1) is shorter than asked; the range ends at 30.
-        assert_eq!(log, vec![(6, 3), (24, 6)]);
-        assert_eq!(got, 9);
-        assert!(!a.trim_due(0) && a.trim_due(1));
-        // A failed sync discards nothing and leaves the group due.
+        // Only what was freed and is still free; never-used space is not
+        // the online trim's business.
+        assert_eq!(log, vec![(6, 1), (8, 1), (10, 1)]);
+        assert_eq!(got, 3);
+        assert!(!a.trim_due(0));
+        // Trimmed once: the next online trim has nothing to do.
+        let again = a.trim_group(
+            0,
+            TrimScope::Freed,
+            || Ok::<(), ()>(()),
+            |_, _| panic!("trimmed twice"),
+        );
+        assert_eq!(again, Ok(0));
+        // FITRIM: every free run of the range at least `min_len` long.
+        log.clear();
+        let scope = TrimScope::Free {
+            lo: 0,
+            hi: 30,
+            min_len: 2,
+        };
+        let got = a
+            .trim_group(
+                0,
+                scope,
+                || Ok::<(), ()>(()),
+                |b, len| {
+                    log.push((b, len));
+                    Ok(())
+                },
+            )
+            .unwrap();
+        assert_eq!(log, vec![(24, 6)]);
+        assert_eq!(got, 6);
+        // A failed sync discards nothing and keeps the freed runs for later.
         let mut ctx = a.prepare(0, 0, &[(4, 1)]).unwrap();
         ctx.free(4, 1).unwrap();
         ctx.commit();
         let res = a.trim_group(
             0,
-            (0, n),
-            1,
+            TrimScope::Freed,
             || Err("journal down"),
             |_, _| panic!("discarded after a failed sync"),
         );
         assert_eq!(res, Err("journal down"));
         assert!(a.trim_due(0));
+        let mut log = Vec::new();
+        a.trim_group(
+            0,
+            TrimScope::Freed,
+            || Ok::<(), ()>(()),
+            |b, len| {
+                log.push((b, len));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(log, vec![(4, 1)]);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Caller, FileSystem, BS};
+use crate::alloc::TrimScope;
 use crate::error::Errno;
 use crate::format::BITS_PER_GROUP;
 
@@ -47,7 +48,14 @@ impl FileSystem {
         self.alloc.take_freed_since_trim();
         let mut total = 0;
         for g in lo_g..hi_g {
-            total += self.trim_one(g, (first, end), min_len)?;
+            total += self.trim_one(
+                g,
+                TrimScope::Free {
+                    lo: first.max(self.layout.data_start),
+                    hi: end,
+                    min_len,
+                },
+            )?;
         }
         Ok(total)
     }
@@ -78,7 +86,7 @@ impl FileSystem {
         Ok(out)
     }
 
-    /// Trim the groups with blocks freed since their last trim, if at least
+    /// Discard what was freed since the last trim, if at least
     /// [`AUTO_TRIM_BLOCKS`] were freed (a sixteenth of a small device); callers hold no inode or group
     /// lock (the FUSE layers call it after replying to a request). One
     /// caller at a time does the work; the others go on.
@@ -94,8 +102,8 @@ impl FileSystem {
         self.alloc.freed_since_trim() >= self.alloc.auto_trim_blocks(AUTO_TRIM_BLOCKS)
     }
 
-    /// Trim every group with blocks freed since its last trim (one caller
-    /// at a time). Errors are logged: a discard is a hint, and a journal
+    /// Discard the runs freed since the last trim that are still free, in
+    /// every group that has some (one caller at a time). Errors are logged: a discard is a hint, and a journal
     /// failure has already made the file system read-only.
     pub(super) fn trim_freed(&self) {
         if self.trimming.swap(true, Ordering::Acquire) {
@@ -106,7 +114,7 @@ impl FileSystem {
             if !self.alloc.trim_due(g) || self.failed.load(Ordering::Relaxed) {
                 continue;
             }
-            if let Err(e) = self.trim_one(g, (0, u64::MAX), 1) {
+            if let Err(e) = self.trim_one(g, TrimScope::Freed) {
                 tracing::warn!("discarding free space of group {g}: {e:?}");
                 break;
             }
@@ -114,13 +122,10 @@ impl FileSystem {
         self.trimming.store(false, Ordering::Release);
     }
 
-    fn trim_one(&self, g: usize, range: (u64, u64), min_len: u64) -> Result<u64, Errno> {
-        let data_start = self.layout.data_start;
-        let range = (range.0.max(data_start), range.1);
+    fn trim_one(&self, g: usize, scope: TrimScope) -> Result<u64, Errno> {
         self.alloc.trim_group(
             g,
-            range,
-            min_len,
+            scope,
             || self.store.sync().map_err(|e| e.errno()),
             |blk, count| self.store.discard(blk, count).map_err(|e| e.errno()),
         )
