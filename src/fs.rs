@@ -95,13 +95,19 @@ pub struct MountArgs {
     /// threads=N, data_dir=PATH, discard_missing_journal; uring / nouring
     /// (FUSE over io_uring where the kernel offers it, the default, or
     /// /dev/fuse only), uring_poll[=MICROSECONDS] (busy-poll the io_uring
-    /// queues that long, 100 by default, before sleeping). May be given
-    /// more than once; later options win.
+    /// queues that long, 100 by default, before sleeping); discard /
+    /// nodiscard (tell the device about freed blocks online and at
+    /// unmount, the default, or only on `fstrim`). May be given more than
+    /// once; later options win.
     #[arg(short = 'o')]
     pub options: Vec<String>,
     /// Ask for FUSE over io_uring (`-o uring`/`-o nouring`).
     #[arg(skip = true)]
     pub uring: bool,
+    /// Discard freed blocks online and at unmount (`-o discard`, the
+    /// default / `-o nodiscard`).
+    #[arg(skip = true)]
+    pub discard: bool,
     /// Busy-poll the io_uring queues this long (`-o uring_poll`).
     #[arg(skip)]
     pub uring_poll: Option<std::time::Duration>,
@@ -242,6 +248,8 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
             ("discard_missing_journal", None) => a.discard_missing_journal = true,
             ("uring", None) => a.uring = true,
             ("nouring", None) => a.uring = false,
+            ("discard", None) => a.discard = true,
+            ("nodiscard", None) => a.discard = false,
             ("uring_poll", v) => {
                 let us: u64 = v.map_or(Ok(100), str::parse).context("uring_poll")?;
                 a.uring = true;
@@ -336,6 +344,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             return Err(e);
         }
     };
+    stack.fs().set_auto_trim(a.discard);
     let info = stack.info().clone();
     let opts = MountOpts {
         allow_other: a.allow_other,
@@ -604,6 +613,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         options,
         uring: true,
         uring_poll: None,
+        discard: true,
         dir: PathBuf::from(&pos[1]),
     };
     Some(mount_cmd(&a))
@@ -657,5 +667,13 @@ mod tests {
             (true, Some(std::time::Duration::from_micros(50)))
         );
         assert!(parse(&["mount", "/mnt", "-o", "uring_poll=soon"]).is_err());
+        // Discards: on unless told otherwise.
+        let discard = |args: &[&str]| {
+            let mut m = Mount::try_parse_from(args).unwrap().a;
+            apply_options(&mut m).map(|()| m.discard).unwrap()
+        };
+        assert!(discard(&["mount", "/mnt"]));
+        assert!(!discard(&["mount", "/mnt", "-o", "nodiscard"]));
+        assert!(discard(&["mount", "/mnt", "-o", "nodiscard,discard"]));
     }
 }

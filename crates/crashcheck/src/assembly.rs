@@ -214,6 +214,10 @@ impl Store for Interposed {
         self.inner.discard(blk, count)
     }
 
+    fn holds(&self, blk: u64) -> bool {
+        self.inner.holds(blk)
+    }
+
     fn close(&self) -> Result<(), StoreError> {
         self.inner.close()
     }

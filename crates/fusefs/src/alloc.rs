@@ -127,11 +127,14 @@ impl Allocator {
     /// under the lock: it must make every finished transaction durable, so
     /// each free being discarded is durable too (a crash can then never
     /// bring back an owner of a discarded block). Returns the blocks
-    /// discarded.
+    /// discarded. A freed block for which `held` says a version of it
+    /// still waits to be written home (and would undo the discard) stays
+    /// freed-but-untrimmed, for a later pass.
     pub fn trim_group<E>(
         &self,
         g: usize,
         scope: TrimScope,
+        held: impl Fn(u64) -> bool,
         sync: impl FnOnce() -> Result<(), E>,
         mut discard: impl FnMut(u64, u64) -> Result<(), E>,
     ) -> Result<u64, E> {
@@ -147,6 +150,7 @@ impl Allocator {
             sync()?;
             // Group-relative runs to look at, and the shortest worth a
             // discard.
+            let only_freed = scope == TrimScope::Freed;
             let (runs, min_len) = match scope {
                 TrimScope::Freed => {
                     freed.sort_unstable();
@@ -166,6 +170,7 @@ impl Allocator {
                 }
             };
             let mut trimmed = 0;
+            let mut later: Vec<(u64, u64)> = Vec::new();
             for (from, to) in runs {
                 let mut i = from;
                 while i < to.min(nbits) {
@@ -173,8 +178,16 @@ impl Allocator {
                         i += 1;
                         continue;
                     }
+                    if only_freed && held(base + i) {
+                        match later.last_mut() {
+                            Some((s, l)) if *s + *l == i => *l += 1,
+                            _ => later.push((i, 1)),
+                        }
+                        i += 1;
+                        continue;
+                    }
                     let start = i;
-                    while i < to && !get_bit(&guard.bits, i) {
+                    while i < to && !get_bit(&guard.bits, i) && !(only_freed && held(base + i)) {
                         i += 1;
                     }
                     if i - start >= min_len {
@@ -182,6 +195,10 @@ impl Allocator {
                         trimmed += i - start;
                     }
                 }
+            }
+            if !later.is_empty() {
+                guard.freed.append(&mut later);
+                self.trim_due[g].store(true, Ordering::Relaxed);
             }
             Ok(trimmed)
         })();
@@ -531,6 +548,7 @@ mod tests {
             .trim_group(
                 0,
                 TrimScope::Freed,
+                |_| false,
                 || {
                     synced.set(true);
                     Ok::<(), ()>(())
@@ -553,6 +571,7 @@ mod tests {
         let again = a.trim_group(
             0,
             TrimScope::Freed,
+            |_| false,
             || Ok::<(), ()>(()),
             |_, _| panic!("trimmed twice"),
         );
@@ -568,6 +587,7 @@ mod tests {
             .trim_group(
                 0,
                 scope,
+                |_| false,
                 || Ok::<(), ()>(()),
                 |b, len| {
                     log.push((b, len));
@@ -584,23 +604,36 @@ mod tests {
         let res = a.trim_group(
             0,
             TrimScope::Freed,
+            |_| false,
             || Err("journal down"),
             |_, _| panic!("discarded after a failed sync"),
         );
         assert_eq!(res, Err("journal down"));
         assert!(a.trim_due(0));
+        // A block whose old version waits in the journal is kept for later.
+        let mut ctx = a.prepare(0, 0, &[(11, 2)]).unwrap();
+        ctx.free(11, 2).unwrap();
+        ctx.commit();
         let mut log = Vec::new();
-        a.trim_group(
-            0,
-            TrimScope::Freed,
-            || Ok::<(), ()>(()),
-            |b, len| {
-                log.push((b, len));
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert_eq!(log, vec![(4, 1)]);
+        let mut trim = |held: &dyn Fn(u64) -> bool| {
+            let mut got = Vec::new();
+            a.trim_group(
+                0,
+                TrimScope::Freed,
+                held,
+                || Ok::<(), ()>(()),
+                |b, len| {
+                    got.push((b, len));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            got
+        };
+        log.extend(trim(&|b| b == 12));
+        assert_eq!(log, vec![(4, 1), (11, 1)]);
+        assert!(a.trim_due(0), "block 12 is still to trim");
+        assert_eq!(trim(&|_| false), vec![(12, 1)]);
     }
 
     #[test]

@@ -329,6 +329,10 @@ impl Store for ChecksumStore {
         self.inner.discard(blk, count)
     }
 
+    fn holds(&self, blk: u64) -> bool {
+        self.inner.holds(blk)
+    }
+
     fn close(&self) -> Result<(), StoreError> {
         self.inner.close()
     }

@@ -224,6 +224,8 @@ pub struct FileSystem {
     free_synced: AtomicU64,
     /// A trim of freed space is running (see `trim.rs`).
     trimming: AtomicBool,
+    /// Freed space is discarded online and at unmount.
+    auto_trim: AtomicBool,
 }
 
 /// Locks held by one operation, by inode number.
@@ -301,6 +303,7 @@ impl FileSystem {
             free_gen: AtomicU64::new(0),
             free_synced: AtomicU64::new(0),
             trimming: AtomicBool::new(false),
+            auto_trim: AtomicBool::new(true),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -340,9 +343,11 @@ impl FileSystem {
             return Ok(());
         }
         self.store.sync()?;
-        // Before the final checkpoint: what was freed goes to the device as
-        // free, so the next mount (or another user of the device) starts
-        // with an SSD that knows it.
+        // What was freed goes to the device as free, so the next mount (or
+        // another user of the device) starts with an SSD that knows it;
+        // after the checkpoint, which would otherwise write freed blocks'
+        // old journaled versions home over the discards.
+        self.store.checkpoint()?;
         self.trim_freed();
         self.store.close()?;
         if !self.failed.load(Ordering::SeqCst) {

@@ -51,6 +51,13 @@ pub trait Store: Send + Sync {
         let _ = (blk, count);
         Ok(())
     }
+    /// Whether a version of `blk` waits to be written home (a journal's
+    /// uncheckpointed copy): a discard of it now would be undone by that
+    /// write. The default: nothing waits.
+    fn holds(&self, blk: u64) -> bool {
+        let _ = blk;
+        false
+    }
     /// Checkpoint and release the store (clean unmount).
     fn close(&self) -> Result<(), StoreError>;
     /// One line saying what this store is and how durable it is.
@@ -314,6 +321,9 @@ impl Store for JournalStore {
     }
     fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
         Ok(self.dev.discard(blk, count)?)
+    }
+    fn holds(&self, blk: u64) -> bool {
+        self.journal.holds(blk)
     }
     fn close(&self) -> Result<(), StoreError> {
         Ok(self.journal.close()?)

@@ -99,14 +99,22 @@ impl FileSystem {
     /// Whether [`trim_if_due`](Self::trim_if_due) has work (one atomic
     /// load: cheap enough to ask after every request).
     pub fn trim_is_due(&self) -> bool {
-        self.alloc.freed_since_trim() >= self.alloc.auto_trim_blocks(AUTO_TRIM_BLOCKS)
+        self.auto_trim.load(Ordering::Relaxed)
+            && self.alloc.freed_since_trim() >= self.alloc.auto_trim_blocks(AUTO_TRIM_BLOCKS)
+    }
+
+    /// Whether freed blocks are discarded online and at unmount (the
+    /// default; off: only [`trim`](Self::trim) discards, as with ext4's
+    /// `nodiscard` and a periodic `fstrim`).
+    pub fn set_auto_trim(&self, on: bool) {
+        self.auto_trim.store(on, Ordering::Relaxed);
     }
 
     /// Discard the runs freed since the last trim that are still free, in
     /// every group that has some (one caller at a time). Errors are logged: a discard is a hint, and a journal
     /// failure has already made the file system read-only.
     pub(super) fn trim_freed(&self) {
-        if self.trimming.swap(true, Ordering::Acquire) {
+        if !self.auto_trim.load(Ordering::Relaxed) || self.trimming.swap(true, Ordering::Acquire) {
             return;
         }
         self.alloc.take_freed_since_trim();
@@ -126,6 +134,7 @@ impl FileSystem {
         self.alloc.trim_group(
             g,
             scope,
+            |blk| self.store.holds(blk),
             || self.store.sync().map_err(|e| e.errno()),
             |blk, count| self.store.discard(blk, count).map_err(|e| e.errno()),
         )
