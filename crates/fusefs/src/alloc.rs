@@ -157,7 +157,7 @@ impl Allocator {
                     let mut runs: Vec<(u64, u64)> = Vec::with_capacity(freed.len());
                     for &(s, l) in &freed {
                         match runs.last_mut() {
-                            Some((rs, re)) if s <= *re => *re = (*re).max(s + l),
+                            Some((_, re)) if s <= *re => *re = (*re).max(s + l),
                             _ => runs.push((s, s + l)),
                         }
                     }
@@ -615,7 +615,7 @@ mod tests {
         ctx.free(11, 2).unwrap();
         ctx.commit();
         let mut log = Vec::new();
-        let mut trim = |held: &dyn Fn(u64) -> bool| {
+        let trim = |held: &dyn Fn(u64) -> bool| {
             let mut got = Vec::new();
             a.trim_group(
                 0,
