@@ -142,15 +142,21 @@ impl Allocator {
             return Ok(0);
         };
         let mut guard = group.lock();
-        let due = self.trim_due[g].swap(false, Ordering::Relaxed);
-        let mut freed = std::mem::take(&mut guard.freed);
+        // A FITRIM leaves the online trim's bookkeeping alone (its range
+        // may not cover what was freed).
+        let only_freed = scope == TrimScope::Freed;
+        let due = only_freed && self.trim_due[g].swap(false, Ordering::Relaxed);
+        let mut freed = if only_freed {
+            std::mem::take(&mut guard.freed)
+        } else {
+            Vec::new()
+        };
         let base = g as u64 * BITS_PER_GROUP;
         let nbits = BITS_PER_GROUP.min(self.num_blocks.saturating_sub(base));
         let res = (|| {
             sync()?;
             // Group-relative runs to look at, and the shortest worth a
             // discard.
-            let only_freed = scope == TrimScope::Freed;
             let (runs, min_len) = match scope {
                 TrimScope::Freed => {
                     freed.sort_unstable();

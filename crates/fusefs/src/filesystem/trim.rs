@@ -1,10 +1,10 @@
 //! Discarding free space (TRIM): online after enough frees, at unmount, and
 //! on request (`fstrim`, FITRIM).
 //!
-//! Without it an SSD below the file system (the emulated one by default)
-//! keeps every block ever written as live data: deleted files' blocks are
-//! copied by its garbage collection forever, and a device that has seen
-//! its capacity written once collects garbage on every write.
+//! Without it a device below the file system keeps every block ever
+//! written: an SSD (the emulated one by default) holds deleted files' pages
+//! as live data its garbage collection may have to copy, and an image file
+//! keeps their space on the host's disk.
 
 use std::sync::atomic::Ordering;
 
@@ -45,7 +45,6 @@ impl FileSystem {
         let end = first.saturating_add(len);
         let lo_g = (first / BITS_PER_GROUP) as usize;
         let hi_g = (end.div_ceil(BITS_PER_GROUP) as usize).min(self.alloc.num_groups());
-        self.alloc.take_freed_since_trim();
         let mut total = 0;
         for g in lo_g..hi_g {
             total += self.trim_one(
@@ -87,9 +86,10 @@ impl FileSystem {
     }
 
     /// Discard what was freed since the last trim, if at least
-    /// [`AUTO_TRIM_BLOCKS`] were freed (a sixteenth of a small device); callers hold no inode or group
-    /// lock (the FUSE layers call it after replying to a request). One
-    /// caller at a time does the work; the others go on.
+    /// [`AUTO_TRIM_BLOCKS`] were freed (a sixteenth of a small device).
+    /// Callers hold no inode or group lock (the FUSE layers call it after
+    /// replying to a request). One caller at a time does the work; the
+    /// others go on.
     pub fn trim_if_due(&self) {
         if self.trim_is_due() {
             self.trim_freed();
@@ -111,8 +111,9 @@ impl FileSystem {
     }
 
     /// Discard the runs freed since the last trim that are still free, in
-    /// every group that has some (one caller at a time). Errors are logged: a discard is a hint, and a journal
-    /// failure has already made the file system read-only.
+    /// every group that has some (one caller at a time). Errors are
+    /// logged: a discard is a hint, and a journal failure has already made
+    /// the file system read-only.
     pub(super) fn trim_freed(&self) {
         if !self.auto_trim.load(Ordering::Relaxed) || self.trimming.swap(true, Ordering::Acquire) {
             return;
