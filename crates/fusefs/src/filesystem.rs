@@ -50,6 +50,7 @@ use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
 pub use mkfs::{mkfs, MkfsOptions};
 use namespace::{check_name, dir_add, dir_need, put_dir_block, touch_dir};
 pub use seek::Seek;
+pub use trim::{AUTO_TRIM_BLOCKS, FITRIM};
 
 const BS: u64 = BLOCK_SIZE as u64;
 /// Largest file: file block numbers are stored in 32 bits.

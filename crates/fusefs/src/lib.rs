@@ -46,6 +46,6 @@ pub use csum::ChecksumStore;
 pub use error::{Damage, Errno, FormatError, FsError, StoreError};
 pub use filesystem::{
     mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
-    RENAME_EXCHANGE, RENAME_NOREPLACE,
+    AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 pub use store::{DirectStore, JournalStore, Store, StoreTxn};
