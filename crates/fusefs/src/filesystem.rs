@@ -343,11 +343,11 @@ impl FileSystem {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.store.sync()?;
-        // What was freed goes to the device as free, so the next mount (or
-        // another user of the device) starts with an SSD that knows it;
-        // after the checkpoint, which would otherwise write freed blocks'
-        // old journaled versions home over the discards.
+        // The checkpoint (a commit first) before the trim: it would otherwise
+        // write freed blocks' old journaled versions home over the
+        // discards. What was freed then goes to the device as free, so the
+        // next mount (or another user of the device) starts with an SSD
+        // that knows it.
         self.store.checkpoint()?;
         self.trim_freed();
         self.store.close()?;

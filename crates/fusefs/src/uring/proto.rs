@@ -56,12 +56,12 @@ pub mod opcode {
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
     pub const DESTROY: u32 = 38;
+    pub const IOCTL: u32 = 39;
     pub const BATCH_FORGET: u32 = 42;
     pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
-    pub const IOCTL: u32 = 39;
     pub const TMPFILE: u32 = 51;
 }
 
