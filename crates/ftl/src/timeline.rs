@@ -340,9 +340,16 @@ impl Timeline {
 
     /// Whether a page program from `t` would start on `chip` before
     /// `before` (nothing is reserved).
+    #[cfg(test)]
     pub fn program_fits_before(&mut self, chip: u32, t: u64, before: u64) -> bool {
+        self.program_before(chip, t, before).is_ok()
+    }
+
+    /// [`program_fits_before`](Self::program_fits_before), telling on
+    /// failure a lower bound on the program's start (as
+    /// [`read_before`](Self::read_before) does).
+    pub fn program_before(&mut self, chip: u32, t: u64, before: u64) -> Result<u64, u64> {
         self.place_before(chip, t, 0, self.t_xfer, self.t_prog, Some(before), false)
-            .is_ok()
     }
 
     /// Page read: the chip senses the page, then it crosses the channel.
@@ -522,6 +529,9 @@ mod tests {
         assert_eq!(tl.read_before(0, 0, 300), Ok(110));
         // A program (410) does not fit before it; the check reserves nothing.
         assert!(!tl.program_fits_before(0, 110, 300));
+        // Its failure tells the earliest start (after the program), a
+        // bound no later try from 110 on can beat.
+        assert_eq!(tl.program_before(0, 110, 300), Err(710));
         assert!(tl.program_fits_before(0, 110, 711));
         assert_eq!(tl.program(0, 110), 710 + 410);
         // The channel counts: chip 1's read waits for chip 0's transfers.

@@ -54,6 +54,22 @@ pub(super) struct MapWork {
     /// the pump before each host operation need not search for it again.
     read_not_before: u64,
     read_at: u32,
+    /// Where every chip failed to take its program: no chip could start it
+    /// before this (0: no bound), as long as the chips tried then are
+    /// still all the candidates ([`ProgramBound`]).
+    prog: ProgramBound,
+}
+
+/// A failed search's lower bound on when a mapping page's program can
+/// start on any candidate chip. Starts only move later (reservations are
+/// only added, `from` only grows); the bound is kept only while no chip
+/// left out then has become a candidate: a chip skipped for its GC job
+/// still has one, or no chip was skipped.
+#[derive(Clone, Copy, Debug, Default)]
+struct ProgramBound {
+    not_before: u64,
+    /// The chips with a GC job then, when they were skipped.
+    skipped: Option<u64>,
 }
 
 impl Ssd {
@@ -320,22 +336,51 @@ impl Ssd {
         }
         let chips = self.g.chips;
         let avoid_gc = (self.gc_active.len() as u32) < chips;
+        if before <= w.prog.not_before && self.program_bound_holds(w.prog, avoid_gc) {
+            // Every chip would fail again (and the round robin would come
+            // back to where it is).
+            return Ok(Some(w));
+        }
+        // The least start among the chips that failed; `None` once a chip
+        // failed for another reason (no page to allocate).
+        let mut least = Some(u64::MAX);
         for _ in 0..chips {
             let chip = self.map_rr;
             self.map_rr = if chip + 1 == chips { 0 } else { chip + 1 };
-            if (avoid_gc && self.gc_jobs[chip as usize].is_some())
-                || !self.tl.program_fits_before(chip, from, before)
-            {
+            if avoid_gc && self.gc_jobs[chip as usize].is_some() {
+                continue;
+            }
+            if let Err(start) = self.tl.program_before(chip, from, before) {
+                least = least.map(|l| l.min(start));
                 continue;
             }
             let Some(ppa) = self.alloc(Stream::Map, chip, from)? else {
+                least = None;
                 continue;
             };
             let end = self.op_program(ppa, from);
             self.store_map_page(w.mpn, ppa, from, end, Cause::Gc)?;
             return Ok(None);
         }
+        w.prog = match least {
+            Some(not_before) if chips <= 64 => ProgramBound {
+                not_before,
+                skipped: avoid_gc.then_some(self.gc_mask),
+            },
+            _ => ProgramBound::default(),
+        };
         Ok(Some(w))
+    }
+
+    /// Whether the chips that are candidates now for a mapping page's
+    /// program are among those `b` was found over.
+    fn program_bound_holds(&self, b: ProgramBound, avoid_gc: bool) -> bool {
+        match b.skipped {
+            // Every chip was a candidate.
+            None => true,
+            // Those skipped then all still have a job, and are skipped.
+            Some(mask) => avoid_gc && self.gc_mask & mask == mask,
+        }
     }
 
     /// Do `w` at once, from `t` (the bound of pending work was reached).
@@ -602,6 +647,7 @@ impl Ssd {
                         ready: t,
                         seq: self.seq,
                         read_not_before: 0,
+                        prog: ProgramBound::default(),
                         read_at: UNMAPPED,
                     });
                 }
