@@ -192,11 +192,9 @@ fn ptsd_spawn(
     // In the foreground, so the daemon is our child and its exit after
     // `umount` (a clean checkpoint) is waited for.
     let mut args: Vec<OsString> = vec!["mount".into(), "--foreground".into()];
-    args.extend([
-        "--data-dir".into(),
-        p.work_dir.join(format!("{name}-data")).into_os_string(),
-    ]);
-    args.extend(["--journal".into(), journal.into_os_string()]);
+    let data_dir = p.work_dir.join(format!("{name}-data"));
+    args.extend(["--data-dir".into(), data_dir.clone().into_os_string()]);
+    args.extend(["--journal".into(), journal.clone().into_os_string()]);
     args.extend(["--op-counts".into(), counts.as_os_str().to_owned()]);
     let transport = match (uring, poll) {
         (_, true) => "uring_poll",
@@ -211,6 +209,9 @@ fn ptsd_spawn(
         args,
         mountpoint,
         timeout: Duration::from_secs(a.mount_timeout),
+        // A new file system each round (the ext4 targets are formatted
+        // anew): the image and its journal go.
+        fresh: vec![data_dir, journal],
     })
 }
 
@@ -296,6 +297,7 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                     args,
                     mountpoint,
                     timeout: Duration::from_secs(a.mount_timeout),
+                    fresh: Vec::new(),
                 })
             };
             TargetSpec {

@@ -131,6 +131,10 @@ pub struct SpawnSpec {
     pub mountpoint: PathBuf,
     /// How long to wait for the mount to appear.
     pub timeout: Duration,
+    /// State the daemon keeps between mounts (an image, a journal file),
+    /// removed before each start: every round begins on a new file system,
+    /// as the ext4 targets are formatted anew each round.
+    pub fresh: Vec<PathBuf>,
 }
 
 /// How a target is set up.
@@ -278,6 +282,9 @@ fn set_up(spec: &TargetSpec, scratch: &Path) -> Result<(Mounted, String)> {
         Setup::Spawned(s) => {
             std::fs::create_dir_all(&s.mountpoint)
                 .map_err(super::error::io_err("mkdir", &s.mountpoint))?;
+            for path in &s.fresh {
+                remove_path(path)?;
+            }
             // Every target gets the scheduling priority of the kernel's own
             // threads (jbd2, loop workers, flushers: nice 0): if the bench
             // runs niced, its daemons are put back to 0.
@@ -297,6 +304,17 @@ fn set_up(spec: &TargetSpec, scratch: &Path) -> Result<(Mounted, String)> {
             )
         }
     })
+}
+
+/// Removes a file or a directory tree; a missing one is fine.
+fn remove_path(path: &Path) -> Result<()> {
+    let r = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+    };
+    r.map_err(super::error::io_err("removing", path))
 }
 
 /// Both workloads' parameters and the rounds.
@@ -729,6 +747,20 @@ pub fn run_suite(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fresh_paths_are_removed_whatever_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("data");
+        std::fs::create_dir_all(tree.join("sub")).unwrap();
+        std::fs::write(tree.join("sub/ssd.img"), b"x").unwrap();
+        let file = dir.path().join("journal");
+        std::fs::write(&file, b"j").unwrap();
+        for p in [&tree, &file, &dir.path().join("never-made")] {
+            remove_path(p).unwrap();
+            assert!(!p.exists(), "{}", p.display());
+        }
+    }
 
     #[test]
     fn rounds_rotate_the_order() {
