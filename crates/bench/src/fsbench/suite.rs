@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::bulk::{run_bulk_observed, BulkConfig, BulkPart, BulkResult};
 use super::devstat::{FlushCounter, ProcCost};
 use super::noopfs::{NoopMount, NoopOptions};
-use super::target::{Ext4Loop, Ext4Setup, SpawnedMount};
+use super::target::{remove_path, Ext4Loop, Ext4Setup, SpawnedMount};
 use super::{
     run_tokubench_observed, run_varmail_observed, Phase, Result, TokubenchConfig, TokubenchResult,
     VarmailConfig, VarmailResult,
@@ -304,17 +304,6 @@ fn set_up(spec: &TargetSpec, scratch: &Path) -> Result<(Mounted, String)> {
             )
         }
     })
-}
-
-/// Removes a file or a directory tree; a missing one is fine.
-fn remove_path(path: &Path) -> Result<()> {
-    let r = match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => Err(e),
-    };
-    r.map_err(super::error::io_err("removing", path))
 }
 
 /// Both workloads' parameters and the rounds.
@@ -747,20 +736,6 @@ pub fn run_suite(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fresh_paths_are_removed_whatever_they_are() {
-        let dir = tempfile::tempdir().unwrap();
-        let tree = dir.path().join("data");
-        std::fs::create_dir_all(tree.join("sub")).unwrap();
-        std::fs::write(tree.join("sub/ssd.img"), b"x").unwrap();
-        let file = dir.path().join("journal");
-        std::fs::write(&file, b"j").unwrap();
-        for p in [&tree, &file, &dir.path().join("never-made")] {
-            remove_path(p).unwrap();
-            assert!(!p.exists(), "{}", p.display());
-        }
-    }
 
     #[test]
     fn rounds_rotate_the_order() {

@@ -257,6 +257,17 @@ pub fn remove_images(setup: &Ext4Setup) {
     }
 }
 
+/// Removes a file or a directory tree; a missing one is fine.
+pub fn remove_path(path: &Path) -> Result<()> {
+    let r = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+    };
+    r.map_err(io_err("removing", path))
+}
+
 /// A file-system daemon spawned as a child process (`ptsd mount …`) that
 /// mounts FUSE on a directory; [`SpawnedMount::start`] waits for the mount
 /// to appear, drop unmounts it and waits for the daemon to exit.
@@ -379,6 +390,20 @@ impl Drop for SpawnedMount {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fresh_paths_are_removed_whatever_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("data");
+        std::fs::create_dir_all(tree.join("sub")).unwrap();
+        std::fs::write(tree.join("sub/ssd.img"), b"x").unwrap();
+        let file = dir.path().join("journal");
+        std::fs::write(&file, b"j").unwrap();
+        for p in [&tree, &file, &dir.path().join("never-made")] {
+            remove_path(p).unwrap();
+            assert!(!p.exists(), "{}", p.display());
+        }
+    }
 
     #[test]
     fn mountinfo_escapes_are_decoded() {
