@@ -339,7 +339,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         Ok(s) => s,
         Err(e) => {
             if let Some(w) = notify.as_mut() {
-                let _ = write!(w, "{e:#}");
+                let _ = write!(w, "{}", crate::out::error_line(&e));
             }
             return Err(e);
         }
@@ -392,7 +392,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         Ok(r) => r,
         Err(e) => {
             if let Some(w) = notify.as_mut() {
-                let _ = write!(w, "{e:#}");
+                let _ = write!(w, "{}", crate::out::error_line(&e));
             }
             drop(session);
             let _ = stack.close();

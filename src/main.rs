@@ -74,7 +74,7 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eoutln!("ptsd: error: {e:#}");
+            eoutln!("ptsd: error: {}", out::error_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

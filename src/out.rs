@@ -17,6 +17,27 @@ pub fn write_ignoring_errors(mut w: impl Write, args: fmt::Arguments<'_>, newlin
     let _ = w.flush();
 }
 
+/// An error and its causes on one line, `a: b: c`, each cause once. Many
+/// of the crates' error types put their cause's text in their own message
+/// and also return it as `source()`, so anyhow's `{:#}` would print it
+/// again at every level ("opening X: store: image: too small: store:
+/// image: too small: ..."); a cause whose text the line already holds adds
+/// nothing and is left out.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 /// `println!` that never panics.
 macro_rules! outln {
     () => { $crate::out::write_ignoring_errors(::std::io::stdout().lock(), format_args!(""), true) };
@@ -41,6 +62,30 @@ macro_rules! eout {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    use super::error_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("image: {0}")]
+    struct Shows(#[from] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("store")]
+    struct Hides(#[source] std::io::Error);
+
+    /// A cause already in its parent's text is not printed again; a cause
+    /// its parent does not show is.
+    #[test]
+    fn error_line_prints_each_cause_once() {
+        let io = || std::io::Error::other("device too small");
+        let shown = anyhow::Error::new(Shows(io())).context("opening d.img");
+        assert_eq!(error_line(&shown), "opening d.img: image: device too small");
+        let hidden = anyhow::Error::new(Hides(io())).context("opening d.img");
+        assert_eq!(
+            error_line(&hidden),
+            "opening d.img: store: device too small"
+        );
+    }
 
     /// No source file of the binary uses the panicking print macros.
     #[test]
