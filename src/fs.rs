@@ -95,7 +95,9 @@ pub struct MountArgs {
     /// threads=N, data_dir=PATH, discard_missing_journal; uring / nouring
     /// (FUSE over io_uring where the kernel offers it, the default, or
     /// /dev/fuse only), uring_poll[=MICROSECONDS] (busy-poll the io_uring
-    /// queues that long, 100 by default, before sleeping); discard /
+    /// queues that long, 100 by default, before sleeping); direct_writes /
+    /// nodirect_writes (write-only opens bypass the kernel's page cache,
+    /// the default, or are cached like the others); discard /
     /// nodiscard (tell the device about freed blocks online and at
     /// unmount, the default, or only on `fstrim`). May be given more than
     /// once; later options win.
@@ -111,6 +113,10 @@ pub struct MountArgs {
     /// Busy-poll the io_uring queues this long (`-o uring_poll`).
     #[arg(skip)]
     pub uring_poll: Option<std::time::Duration>,
+    /// Write-only opens bypass the kernel's page cache (`-o direct_writes`,
+    /// the default / `-o nodirect_writes`).
+    #[arg(skip = true)]
+    pub direct_writes: bool,
     /// Where to mount.
     pub dir: PathBuf,
 }
@@ -250,6 +256,8 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
             ("nouring", None) => a.uring = false,
             ("discard", None) => a.discard = true,
             ("nodiscard", None) => a.discard = false,
+            ("direct_writes", None) => a.direct_writes = true,
+            ("nodirect_writes", None) => a.direct_writes = false,
             ("uring_poll", v) => {
                 let us: u64 = v.map_or(Ok(100), str::parse).context("uring_poll")?;
                 a.uring = true;
@@ -374,7 +382,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         config.n_threads = Some(2);
     }
     let fs = Counted::new(
-        FuseFs::with_uring(stack.fs().clone(), uring.clone()),
+        FuseFs::with_uring(stack.fs().clone(), uring.clone()).direct_writes(a.direct_writes),
         counts.clone(),
     );
     let session = match fuser::Session::new(fs, &a.dir, &config) {
@@ -503,11 +511,10 @@ fn start_rings(
         poll: a.uring_poll,
         payload: uring.payload_bytes(),
     };
-    let handler = Arc::new(uring::FsHandler::new(
-        fs.clone(),
-        uring.killpriv_v2(),
-        counts,
-    ));
+    let handler = Arc::new(
+        uring::FsHandler::new(fs.clone(), uring.killpriv_v2(), counts)
+            .direct_writes(a.direct_writes),
+    );
     let started = session
         .as_fd()
         .try_clone_to_owned()
@@ -614,6 +621,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         uring: true,
         uring_poll: None,
         discard: true,
+        direct_writes: true,
         dir: PathBuf::from(&pos[1]),
     };
     Some(mount_cmd(&a))
@@ -675,5 +683,18 @@ mod tests {
         assert!(discard(&["mount", "/mnt"]));
         assert!(!discard(&["mount", "/mnt", "-o", "nodiscard"]));
         assert!(discard(&["mount", "/mnt", "-o", "nodiscard,discard"]));
+        // Write-only opens bypass the page cache unless told otherwise.
+        let direct = |args: &[&str]| {
+            let mut m = Mount::try_parse_from(args).unwrap().a;
+            apply_options(&mut m).map(|()| m.direct_writes).unwrap()
+        };
+        assert!(direct(&["mount", "/mnt"]));
+        assert!(!direct(&["mount", "/mnt", "-o", "nodirect_writes"]));
+        assert!(direct(&[
+            "mount",
+            "/mnt",
+            "-o",
+            "nodirect_writes,direct_writes"
+        ]));
     }
 }

@@ -5,8 +5,9 @@
 
 use std::ffi::CString;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1691,3 +1692,65 @@ fn fstrim_discards_free_space(t: Transport) {
 }
 
 on_both_transports!(fstrim_discards_free_space,);
+
+/// Write-only opens bypass the page cache (`-o direct_writes`, the
+/// default): a reader holding the file open with cached pages sees each
+/// write made through another, write-only descriptor, in place and past
+/// the end; a new reader too; and mmap through a readable descriptor
+/// sees the same bytes.
+fn write_only_writers_and_cached_readers_agree(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &[]);
+    let f = m.p("shared");
+    std::fs::write(&f, vec![b'A'; 8192]).unwrap();
+    let reader = std::fs::File::open(&f).unwrap();
+    let mut buf = vec![0u8; 8192];
+    reader.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, vec![b'A'; 8192], "the reader's pages are cached now");
+    let writer = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+    writer.write_all_at(&[b'B'; 4096], 4096).unwrap();
+    writer.write_all_at(b"tail", 8192).unwrap();
+    let mut want = vec![b'A'; 4096];
+    want.extend_from_slice(&[b'B'; 4096]);
+    want.extend_from_slice(b"tail");
+    let mut got = vec![0u8; want.len()];
+    reader.read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, want, "the cached reader sees the direct writes");
+    assert_eq!(reader.metadata().unwrap().len(), 8196);
+    assert_eq!(std::fs::read(&f).unwrap(), want);
+    // Appends through a write-only descriptor, as logs do.
+    let mut log = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
+    log.write_all(b"+more").unwrap();
+    want.extend_from_slice(b"+more");
+    drop((writer, log));
+    let mapped = std::fs::File::open(&f).unwrap();
+    let len = want.len();
+    // SAFETY: a private read-only mapping of a file we hold open, read
+    // within its length and unmapped before the file is closed.
+    let seen = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            mapped.as_raw_fd(),
+            0,
+        );
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        let seen = std::slice::from_raw_parts(p as *const u8, len).to_vec();
+        libc::munmap(p, len);
+        seen
+    };
+    assert_eq!(seen, want);
+    drop((reader, mapped));
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(write_only_writers_and_cached_readers_agree,);

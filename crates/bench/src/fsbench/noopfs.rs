@@ -9,7 +9,8 @@
 //! capabilities ([`INIT_FLAGS`]: READDIRPLUS, PARALLEL_DIROPS, ASYNC_DIO,
 //! HANDLE_KILLPRIV_V2), caches negative entries, answers FLUSH with ENOSYS
 //! (the kernel then stops sending it), getxattr with ENODATA, and opens
-//! with `FOPEN_KEEP_CACHE`, all as ptsd-fs does. Its state is sharded by
+//! with ptsd-fs's default flags (`FOPEN_KEEP_CACHE`, and `FOPEN_DIRECT_IO`
+//! for write-only opens: [`open_reply_flags`]), all as ptsd-fs does. Its state is sharded by
 //! inode (no global lock) and every reply is sent after the shard lock is
 //! released, so one slow reply never holds up another thread.
 //!
@@ -35,7 +36,8 @@ use fuser::{
 };
 use parking_lot::{Mutex, MutexGuard};
 use ptsd_fs::fuse::{
-    mount_config as ptsd_mount_config, raise_readahead, MountOpts, INIT_FLAGS, TTL,
+    mount_config as ptsd_mount_config, open_reply_flags, raise_readahead, MountOpts, INIT_FLAGS,
+    TTL,
 };
 use ptsd_fs::opcount::{Counted, OpCounts};
 use ptsd_fs::uring::UringInit;
@@ -373,8 +375,8 @@ impl NoopFs {
         Ok(())
     }
 
-    fn open_flags() -> FopenFlags {
-        FopenFlags::FOPEN_KEEP_CACHE
+    fn open_flags(open_flags: i32) -> FopenFlags {
+        FopenFlags::from_bits_retain(open_reply_flags(open_flags as u32, true))
     }
 
     /// Up to `max` entries of `dir` from readdir offset `offset` (0, or a
@@ -564,10 +566,10 @@ impl fuser::Filesystem for NoopFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.attr(ino.0).map(|a| a.kind) {
             Ok(FileType::Directory) => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(0), Self::open_flags()),
+            Ok(_) => reply.opened(FileHandle(0), Self::open_flags(flags.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -579,7 +581,7 @@ impl fuser::Filesystem for NoopFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let attr = new_attr(
@@ -593,7 +595,7 @@ impl fuser::Filesystem for NoopFs {
                 &attr,
                 Generation(0),
                 FileHandle(0),
-                Self::open_flags(),
+                Self::open_flags(flags),
             ),
             Err(e) => reply.error(e),
         }

@@ -58,9 +58,9 @@ impl FileSystem {
     }
 
     /// [`write`](Self::write), saying whether the writer lacks the
-    /// privilege to keep setuid/setgid and file capabilities (`kill_priv`:
-    /// the kernel's `FUSE_WRITE_KILL_SUIDGID`; a process with CAP_FSETID
-    /// keeps them, as on other Linux file systems).
+    /// privilege to keep setuid/setgid (`kill_priv`: the kernel's
+    /// `FUSE_WRITE_KILL_SUIDGID`; a process with CAP_FSETID keeps them, as
+    /// on other Linux file systems). Any write drops the file capability.
     pub fn write_as(
         &self,
         ino: u64,
@@ -206,6 +206,11 @@ impl FileSystem {
         g.d.ctime = now;
         if kill_priv {
             self.kill_priv(&mut g, &mut w)?;
+        } else {
+            // Any write drops the file capability, privileged or not. The
+            // kernel does it before a page-cache write; a direct one
+            // (`FOPEN_DIRECT_IO`) reaches us without it.
+            self.drop_capability(&mut g, &mut w)?;
         }
         put_inode(&mut g, ctx.as_mut(), &mut w)?;
         if !ordered.is_empty() {
@@ -250,6 +255,12 @@ impl FileSystem {
         if g.d.mode & libc::S_IXGRP != 0 {
             g.d.mode &= !libc::S_ISGID;
         }
+        self.drop_capability(g, w)
+    }
+
+    /// Removes the `security.capability` xattr, if any; adds the xattr
+    /// block to `w` if it changed.
+    fn drop_capability(&self, g: &mut Inode, w: &mut Writes) -> Result<(), Errno> {
         if g.d.xattr_blk == 0 {
             return Ok(());
         }

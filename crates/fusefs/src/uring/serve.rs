@@ -12,11 +12,8 @@ use super::Handler;
 use crate::error::Errno;
 use crate::filesystem::{Attr, Caller, FileSystem, Seek, SetAttr, SetTime};
 use crate::format::Ts;
-use crate::fuse::TTL;
+use crate::fuse::{open_reply_flags, TTL};
 use crate::opcount::{Op, OpCounts};
-
-/// `FOPEN_KEEP_CACHE`: only this daemon changes files, through the kernel.
-const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 
 /// Serves a [`FileSystem`] over the rings.
 pub struct FsHandler {
@@ -24,6 +21,7 @@ pub struct FsHandler {
     root: u64,
     killpriv_v2: bool,
     counts: Option<Arc<OpCounts>>,
+    direct_writes: bool,
 }
 
 impl FsHandler {
@@ -36,7 +34,15 @@ impl FsHandler {
             root,
             killpriv_v2,
             counts,
+            direct_writes: true,
         }
+    }
+
+    /// Whether write-only opens bypass the kernel's page cache (on by
+    /// default), as [`crate::fuse::FuseFs::direct_writes`].
+    pub fn direct_writes(mut self, on: bool) -> Self {
+        self.direct_writes = on;
+        self
     }
 
     fn ino(&self, n: u64) -> u64 {
@@ -240,10 +246,10 @@ impl Handler for FsHandler {
             Request::Link { oldnodeid, name } => {
                 self.entry(fs.link(self.ino(oldnodeid), ino, name))
             }
-            Request::Open { .. } => match fs.open(ino) {
+            Request::Open { flags } => match fs.open(ino) {
                 Ok(_) => Response::Open {
                     fh: 0,
-                    flags: FOPEN_KEEP_CACHE,
+                    flags: open_reply_flags(flags, self.direct_writes),
                 },
                 Err(e) => Response::Error(e.0),
             },
@@ -300,10 +306,13 @@ impl Handler for FsHandler {
             },
             Request::Access { .. } => empty(fs.getattr(ino).map(|_| ())),
             Request::Create {
-                name, mode, umask, ..
-            } => self.created(fs.create(ino, name, mode & !umask, who)),
-            Request::Tmpfile { mode, umask, .. } => {
-                self.created(fs.tmpfile(ino, mode & !umask, who))
+                name,
+                mode,
+                umask,
+                flags,
+            } => self.created(fs.create(ino, name, mode & !umask, who), flags),
+            Request::Tmpfile { mode, umask, flags } => {
+                self.created(fs.tmpfile(ino, mode & !umask, who), flags)
             }
             Request::Destroy => {
                 if let Err(e) = fs.close() {
@@ -352,12 +361,13 @@ impl FsHandler {
         self.attr_reply(self.fs.setattr(ino, set))
     }
 
-    fn created(&self, r: Result<Attr, Errno>) -> Response {
+    /// The reply to CREATE or TMPFILE of a file opened with `open_flags`.
+    fn created(&self, r: Result<Attr, Errno>, open_flags: u32) -> Response {
         match r {
             Ok(a) => Response::Create {
                 entry: self.entry_out(&a),
                 fh: 0,
-                flags: FOPEN_KEEP_CACHE,
+                flags: open_reply_flags(open_flags, self.direct_writes),
             },
             Err(e) => Response::Error(e.0),
         }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::fuse::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE};
 use crate::uring::proto::{decode, opcode, InHeader, Request, Response};
 use crate::{mkfs, DirectStore, MkfsOptions};
 
@@ -82,6 +83,80 @@ fn create_write_read_lookup_unlink() {
         fsh.handle(&h(opcode::UNLINK, 1), Request::Unlink { name: b"f" }),
         Response::Error(libc::ENOENT)
     );
+}
+
+/// Write-only opens bypass the page cache (unless turned off); others
+/// keep it.
+#[test]
+fn write_only_opens_are_direct() {
+    let (fsh, _fs) = handler();
+    let create = |name: &'static [u8], flags: i32, fsh: &FsHandler| {
+        let r = fsh.handle(
+            &h(opcode::CREATE, 1),
+            Request::Create {
+                name,
+                mode: libc::S_IFREG | 0o644,
+                umask: 0,
+                flags: (flags | libc::O_CREAT) as u32,
+            },
+        );
+        let Response::Create { entry, flags, .. } = r else {
+            panic!("{r:?}")
+        };
+        (entry.nodeid, flags)
+    };
+    let (ino, flags) = create(b"w", libc::O_WRONLY, &fsh);
+    assert_eq!(flags, FOPEN_KEEP_CACHE | FOPEN_DIRECT_IO);
+    assert_eq!(create(b"rw", libc::O_RDWR, &fsh).1, FOPEN_KEEP_CACHE);
+    let open = |flags: i32, fsh: &FsHandler| {
+        let r = fsh.handle(
+            &h(opcode::OPEN, ino),
+            Request::Open {
+                flags: flags as u32,
+            },
+        );
+        let Response::Open { flags, .. } = r else {
+            panic!("{r:?}")
+        };
+        flags
+    };
+    assert_eq!(
+        open(libc::O_WRONLY | libc::O_APPEND, &fsh),
+        FOPEN_KEEP_CACHE | FOPEN_DIRECT_IO
+    );
+    assert_eq!(open(libc::O_RDONLY, &fsh), FOPEN_KEEP_CACHE);
+    let cached = handler().0.direct_writes(false);
+    assert_eq!(create(b"w", libc::O_WRONLY, &cached).1, FOPEN_KEEP_CACHE);
+}
+
+/// A direct write reaches the file system without the kernel's
+/// `file_remove_privs`: even a privileged one (no KILL_SUIDGID) drops the
+/// file capability, and keeps setuid.
+#[test]
+fn any_write_drops_the_file_capability() {
+    let (fsh, fs) = handler();
+    let a = fs
+        .create(fs.root(), b"f", 0o4755, Caller::default())
+        .unwrap();
+    fs.setxattr(a.ino, b"security.capability", &[1, 0, 0, 2], 0)
+        .unwrap();
+    fs.setxattr(a.ino, b"user.keep", b"v", 0).unwrap();
+    let w = Request::Write {
+        fh: 0,
+        offset: 0,
+        data: b"x",
+        write_flags: 0,
+    };
+    assert_eq!(
+        fsh.handle(&h(opcode::WRITE, a.ino), w),
+        Response::Written(1)
+    );
+    assert_eq!(
+        fs.getxattr(a.ino, b"security.capability"),
+        Err(Errno::ENODATA)
+    );
+    assert_eq!(fs.getxattr(a.ino, b"user.keep").unwrap(), b"v");
+    assert_eq!(fs.getattr(a.ino).unwrap().mode & 0o7777, 0o4755);
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{Errno, FileAttr, FileType, TimeOrNow};
+use ptsd_fs::fuse::open_reply_flags;
 use ptsd_fs::fuse::TTL;
 use ptsd_fs::opcount::{Op, OpCounts};
 use ptsd_fs::uring::proto::{
@@ -18,9 +19,6 @@ use ptsd_fs::uring::proto::{
 use ptsd_fs::uring::Handler;
 
 use super::{negative_entry, new_attr, Content, Entries, NoopFs};
-
-/// `FOPEN_KEEP_CACHE`, as the fuser side answers opens.
-const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 
 /// Serves a [`NoopFs`] (sharing its state with the fuser session) over
 /// the rings.
@@ -155,7 +153,10 @@ impl Handler for Ring {
                 r(fs.insert(ino, os(name), a, content))
             }
             Request::Create {
-                name, mode, umask, ..
+                name,
+                mode,
+                umask,
+                flags,
             } => {
                 self.bump(Op::Create);
                 let a = new_attr(
@@ -167,7 +168,7 @@ impl Handler for Ring {
                     Ok(a) => Response::Create {
                         entry: entry(&a),
                         fh: 0,
-                        flags: FOPEN_KEEP_CACHE,
+                        flags: open_reply_flags(flags, true),
                     },
                     Err(e) => err(e),
                 }
@@ -192,13 +193,13 @@ impl Handler for Ring {
                 }
                 empty(fs.rename_entry(ino, os(name), newdir, os(newname)))
             }
-            Request::Open { .. } => {
+            Request::Open { flags } => {
                 self.bump(Op::Open);
                 match fs.attr(ino).map(|a| a.kind) {
                     Ok(FileType::Directory) => err(Errno::EISDIR),
                     Ok(_) => Response::Open {
                         fh: 0,
-                        flags: FOPEN_KEEP_CACHE,
+                        flags: open_reply_flags(flags, true),
                     },
                     Err(e) => err(e),
                 }
