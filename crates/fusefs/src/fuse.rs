@@ -72,6 +72,15 @@ pub fn open_reply_flags(open_flags: u32, direct_writes: bool) -> u32 {
     }
 }
 
+/// Whether a kernel that offered `offered` at INIT invalidates other opens'
+/// cached pages of a range before a direct write to it. Linux 6.6 brought
+/// that together with `FUSE_DIRECT_IO_ALLOW_MMAP` (then named
+/// `DIRECT_IO_RELAX`); an older kernel would leave a reader's cached pages
+/// stale, so there write-only opens stay cached.
+pub fn direct_writes_coherent(offered: InitFlags) -> bool {
+    offered.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+}
+
 /// A [`FileSystem`] served over FUSE.
 pub struct FuseFs {
     fs: Arc<FileSystem>,
@@ -124,7 +133,8 @@ impl FuseFs {
     }
 
     /// Whether write-only opens bypass the kernel's page cache (on by
-    /// default; see [`open_reply_flags`]).
+    /// default where the kernel keeps readers coherent, see
+    /// [`open_reply_flags`] and [`direct_writes_coherent`]).
     pub fn direct_writes(mut self, on: bool) -> Self {
         self.direct_writes = on;
         self
@@ -204,6 +214,8 @@ impl Filesystem for FuseFs {
         if config.add_capabilities(got).is_ok() {
             self.killpriv_v2 = got.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         }
+        let coherent = direct_writes_coherent(config.capabilities());
+        self.direct_writes &= coherent;
         if let Some(u) = &self.uring {
             let offered = config
                 .capabilities()
@@ -220,6 +232,7 @@ impl Filesystem for FuseFs {
             // The kernel's offer is the most it takes.
             let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
             u.record(offered, negotiated, ra, self.killpriv_v2);
+            u.record_direct_writes_coherent(coherent);
         }
         Ok(())
     }

@@ -36,8 +36,8 @@ use fuser::{
 };
 use parking_lot::{Mutex, MutexGuard};
 use ptsd_fs::fuse::{
-    mount_config as ptsd_mount_config, open_reply_flags, raise_readahead, MountOpts, INIT_FLAGS,
-    TTL,
+    direct_writes_coherent, mount_config as ptsd_mount_config, open_reply_flags, raise_readahead,
+    MountOpts, INIT_FLAGS, TTL,
 };
 use ptsd_fs::opcount::{Counted, OpCounts};
 use ptsd_fs::uring::UringInit;
@@ -375,8 +375,10 @@ impl NoopFs {
         Ok(())
     }
 
-    fn open_flags(open_flags: i32) -> FopenFlags {
-        FopenFlags::from_bits_retain(open_reply_flags(open_flags as u32, true))
+    /// As ptsd-fs answers (direct write-only opens where the kernel keeps
+    /// readers coherent).
+    fn open_flags(&self, open_flags: u32) -> u32 {
+        open_reply_flags(open_flags, self.uring_init.direct_writes_coherent())
     }
 
     /// Up to `max` entries of `dir` from readdir offset `offset` (0, or a
@@ -461,6 +463,7 @@ impl fuser::Filesystem for NoopFs {
         }
         let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
         u.record(offered, negotiated, ra, true);
+        u.record_direct_writes_coherent(direct_writes_coherent(config.capabilities()));
         Ok(())
     }
 
@@ -569,7 +572,10 @@ impl fuser::Filesystem for NoopFs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.attr(ino.0).map(|a| a.kind) {
             Ok(FileType::Directory) => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(0), Self::open_flags(flags.0)),
+            Ok(_) => reply.opened(
+                FileHandle(0),
+                FopenFlags::from_bits_retain(self.open_flags(flags.0 as u32)),
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -595,7 +601,7 @@ impl fuser::Filesystem for NoopFs {
                 &attr,
                 Generation(0),
                 FileHandle(0),
-                Self::open_flags(flags),
+                FopenFlags::from_bits_retain(self.open_flags(flags as u32)),
             ),
             Err(e) => reply.error(e),
         }

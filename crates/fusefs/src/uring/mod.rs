@@ -94,6 +94,7 @@ pub struct UringInit {
     negotiated: AtomicBool,
     max_readahead: AtomicU32,
     killpriv_v2: AtomicBool,
+    direct_writes_coherent: AtomicBool,
 }
 
 impl UringInit {
@@ -133,6 +134,18 @@ impl UringInit {
     /// INIT agreed on `FUSE_HANDLE_KILLPRIV_V2` (see `FuseFs`).
     pub fn killpriv_v2(&self) -> bool {
         self.killpriv_v2.load(Ordering::SeqCst)
+    }
+
+    /// The kernel keeps cached readers coherent with direct writes
+    /// ([`crate::fuse::direct_writes_coherent`]), as INIT showed.
+    pub fn direct_writes_coherent(&self) -> bool {
+        self.direct_writes_coherent.load(Ordering::SeqCst)
+    }
+
+    /// Records what INIT showed of direct writes' coherence.
+    pub fn record_direct_writes_coherent(&self, coherent: bool) {
+        self.direct_writes_coherent
+            .store(coherent, Ordering::SeqCst);
     }
 
     /// Records INIT's outcome (a fuser `init` that asked for io_uring calls this).

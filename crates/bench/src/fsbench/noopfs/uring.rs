@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{Errno, FileAttr, FileType, TimeOrNow};
-use ptsd_fs::fuse::open_reply_flags;
 use ptsd_fs::fuse::TTL;
 use ptsd_fs::opcount::{Op, OpCounts};
 use ptsd_fs::uring::proto::{
@@ -168,7 +167,7 @@ impl Handler for Ring {
                     Ok(a) => Response::Create {
                         entry: entry(&a),
                         fh: 0,
-                        flags: open_reply_flags(flags, true),
+                        flags: fs.open_flags(flags),
                     },
                     Err(e) => err(e),
                 }
@@ -199,7 +198,7 @@ impl Handler for Ring {
                     Ok(FileType::Directory) => err(Errno::EISDIR),
                     Ok(_) => Response::Open {
                         fh: 0,
-                        flags: open_reply_flags(flags, true),
+                        flags: fs.open_flags(flags),
                     },
                     Err(e) => err(e),
                 }
