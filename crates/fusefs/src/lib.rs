@@ -36,6 +36,7 @@ pub mod format;
 pub mod fsck;
 pub mod fuse;
 pub mod opcount;
+mod openflags;
 mod readahead;
 mod sealcrc;
 pub mod store;
