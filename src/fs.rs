@@ -513,7 +513,7 @@ fn start_rings(
     };
     let handler = Arc::new(
         uring::FsHandler::new(fs.clone(), uring.killpriv_v2(), counts)
-            .direct_writes(a.direct_writes && uring.direct_writes_coherent()),
+            .direct_writes(uring.direct_writes()),
     );
     let started = session
         .as_fd()

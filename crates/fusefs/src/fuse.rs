@@ -171,8 +171,7 @@ impl Filesystem for FuseFs {
         if config.add_capabilities(got).is_ok() {
             self.killpriv_v2 = got.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         }
-        let coherent = direct_writes_coherent(config.capabilities());
-        self.direct_writes &= coherent;
+        self.direct_writes &= direct_writes_coherent(config.capabilities());
         if let Some(u) = &self.uring {
             let offered = config
                 .capabilities()
@@ -189,7 +188,7 @@ impl Filesystem for FuseFs {
             // The kernel's offer is the most it takes.
             let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
             u.record(offered, negotiated, ra, self.killpriv_v2);
-            u.record_direct_writes_coherent(coherent);
+            u.record_direct_writes(self.direct_writes);
         }
         Ok(())
     }

@@ -378,7 +378,7 @@ impl NoopFs {
     /// As ptsd-fs answers (direct write-only opens where the kernel keeps
     /// readers coherent).
     fn open_flags(&self, open_flags: u32) -> u32 {
-        open_reply_flags(open_flags, self.uring_init.direct_writes_coherent())
+        open_reply_flags(open_flags, self.uring_init.direct_writes())
     }
 
     /// Up to `max` entries of `dir` from readdir offset `offset` (0, or a
@@ -463,7 +463,7 @@ impl fuser::Filesystem for NoopFs {
         }
         let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
         u.record(offered, negotiated, ra, true);
-        u.record_direct_writes_coherent(direct_writes_coherent(config.capabilities()));
+        u.record_direct_writes(direct_writes_coherent(config.capabilities()));
         Ok(())
     }
 

@@ -94,7 +94,7 @@ pub struct UringInit {
     negotiated: AtomicBool,
     max_readahead: AtomicU32,
     killpriv_v2: AtomicBool,
-    direct_writes_coherent: AtomicBool,
+    direct_writes: AtomicBool,
 }
 
 impl UringInit {
@@ -136,16 +136,16 @@ impl UringInit {
         self.killpriv_v2.load(Ordering::SeqCst)
     }
 
-    /// The kernel keeps cached readers coherent with direct writes
-    /// ([`crate::fuse::direct_writes_coherent`]), as INIT showed.
-    pub fn direct_writes_coherent(&self) -> bool {
-        self.direct_writes_coherent.load(Ordering::SeqCst)
+    /// Whether write-only opens bypass the page cache, as INIT settled it
+    /// (asked for, and the kernel keeps cached readers coherent:
+    /// [`crate::fuse::direct_writes_coherent`]).
+    pub fn direct_writes(&self) -> bool {
+        self.direct_writes.load(Ordering::SeqCst)
     }
 
-    /// Records what INIT showed of direct writes' coherence.
-    pub fn record_direct_writes_coherent(&self, coherent: bool) {
-        self.direct_writes_coherent
-            .store(coherent, Ordering::SeqCst);
+    /// Records INIT's decision on direct writes.
+    pub fn record_direct_writes(&self, on: bool) {
+        self.direct_writes.store(on, Ordering::SeqCst);
     }
 
     /// Records INIT's outcome (a fuser `init` that asked for io_uring calls this).
