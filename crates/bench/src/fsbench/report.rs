@@ -454,6 +454,15 @@ fn pairs(targets: &[TargetInfo]) -> Vec<(Metric, String, String, String)> {
             }
         }
     }
+    // Each no-op over io_uring with each over /dev/fuse.
+    let ceilings = |uring: bool| {
+        targets
+            .iter()
+            .filter(move |c| c.role == Role::Ceiling && c.fuse && over_uring(&c.name) == uring)
+    };
+    let ceiling_pairs: Vec<(&str, &str)> = ceilings(true)
+        .flat_map(|u| ceilings(false).map(move |c| (u.name.as_str(), c.name.as_str())))
+        .collect();
     for g in GOALS {
         let of = |n: &str| targets.iter().find(|t| t.name == n);
         if let (Some(n), Some(d)) = (of(g.num), of(g.den)) {
@@ -462,15 +471,8 @@ fn pairs(targets: &[TargetInfo]) -> Vec<(Metric, String, String, String)> {
                 // What io_uring gains the no-op fs bounds what it can gain
                 // a file system that does work: shown beside the goal.
                 if over_uring(g.num) && !over_uring(g.den) {
-                    let ceilings = |uring: bool| {
-                        targets.iter().filter(move |c| {
-                            c.role == Role::Ceiling && c.fuse && over_uring(&c.name) == uring
-                        })
-                    };
-                    for cu in ceilings(true) {
-                        for cc in ceilings(false) {
-                            add(g.metric, &cu.name, &cc.name, TRANSPORT);
-                        }
+                    for (u, c) in &ceiling_pairs {
+                        add(g.metric, u, c, TRANSPORT);
                     }
                 }
             }
