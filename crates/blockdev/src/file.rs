@@ -71,6 +71,9 @@ pub struct FileDevice {
     /// `write_batch` passes `RWF_DONTCACHE` for batches of at least this
     /// many bytes; `usize::MAX` when off or refused.
     uncached_from: AtomicUsize,
+    /// Bounds what batched writes keep cached
+    /// ([`FileDeviceOptions::cache_window`]).
+    window: Option<WriteWindow>,
 }
 
 impl std::fmt::Debug for FileDevice {
@@ -196,6 +199,7 @@ impl FileDevice {
             punch_unsupported: AtomicBool::new(false),
             zero_range_unsupported: AtomicBool::new(false),
             uncached_from: AtomicUsize::new(usize::MAX),
+            window: None,
         };
         if direct && !is_block_device && file_on_ram_fs(&dev.file) {
             // tmpfs may accept O_DIRECT but still copies through memory; the
@@ -255,7 +259,86 @@ impl FileDevice {
                 dev.uncached_from = AtomicUsize::new(bytes);
             }
         }
+        if let Some(bytes) = opts.cache_window.filter(|_| !dev.direct) {
+            if !file_on_ram_fs(&dev.file) {
+                dev.window = Some(WriteWindow::new(bytes));
+            }
+        }
         Ok(dev)
+    }
+
+    /// Whether batched writes keep only a window of the newest cached
+    /// ([`FileDeviceOptions::cache_window`] asked for, and applicable).
+    pub fn cache_window_active(&self) -> bool {
+        self.window.is_some()
+    }
+
+    /// Tells the window, if any, what a batch wrote.
+    fn batch_written(&self, writes: &[(u64, &[u8])]) {
+        if let Some(w) = &self.window {
+            let bs = u64::from(self.block_size);
+            w.wrote(
+                self.file.as_raw_fd(),
+                writes.iter().map(|(b, buf)| (b * bs, buf.len() as u64)),
+            );
+        }
+    }
+
+    /// The batch write itself, page cache window aside.
+    fn write_batch_through(&self, writes: &[(u64, &[u8])]) -> Result<(), BlockError> {
+        // Validate everything first so a bad extent writes nothing.
+        for (block, buf) in writes {
+            check_request(self, *block, buf.len())?;
+        }
+        let Some(rings) = &self.rings else {
+            return writes
+                .iter()
+                .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)));
+        };
+        let uncached_from = self.uncached_from.load(Ordering::Relaxed);
+        let uncached = uncached_from != usize::MAX
+            && writes.iter().map(|(_, buf)| buf.len()).sum::<usize>() >= uncached_from;
+        if let ([(block, buf)], false) = (writes, uncached) {
+            return self.write_at(buf, self.offset(*block));
+        }
+        // Unaligned buffers are copied to aligned ones that live until the
+        // ring is done; moving an `AlignedBuf` does not move its bytes.
+        let mut bounces = Vec::new();
+        let mut ops = Vec::with_capacity(writes.len());
+        for (block, buf) in writes {
+            let ptr = if self.is_aligned(buf) {
+                buf.as_ptr() as *mut u8
+            } else {
+                let mut bounce = self.bounce(buf.len())?;
+                bounce.copy_from_slice(buf);
+                let ptr = bounce.as_mut_ptr();
+                bounces.push(bounce);
+                ptr
+            };
+            push_ops(&mut ops, ptr, buf.len(), self.offset(*block));
+        }
+        // The ring only reads through these pointers for writes.
+        let flags = if uncached { libc::RWF_DONTCACHE } else { 0 };
+        match rings.run(self.file.as_raw_fd(), &ops, true, flags) {
+            Ok(ran) => {
+                if ran.flags_refused
+                    && self.uncached_from.swap(usize::MAX, Ordering::Relaxed) != usize::MAX
+                {
+                    tracing::info!(
+                        "{}: the kernel refused uncached (RWF_DONTCACHE) writes; writing through the page cache",
+                        self.path.display()
+                    );
+                }
+                self.finish_short(&ops, &ran.done, true)
+            }
+            Err(UringError::Op(e)) => Err(e.into()),
+            Err(UringError::Ring(e)) => {
+                tracing::warn!("io_uring write batch failed ({e}); redoing it with pwrite");
+                writes
+                    .iter()
+                    .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)))
+            }
+        }
     }
 
     fn offset(&self, block: u64) -> u64 {
@@ -536,59 +619,9 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_batch(&self, writes: &[(u64, &[u8])]) -> Result<(), BlockError> {
-        // Validate everything first so a bad extent writes nothing.
-        for (block, buf) in writes {
-            check_request(self, *block, buf.len())?;
-        }
-        let Some(rings) = &self.rings else {
-            return writes
-                .iter()
-                .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)));
-        };
-        let uncached_from = self.uncached_from.load(Ordering::Relaxed);
-        let uncached = uncached_from != usize::MAX
-            && writes.iter().map(|(_, buf)| buf.len()).sum::<usize>() >= uncached_from;
-        if let ([(block, buf)], false) = (writes, uncached) {
-            return self.write_at(buf, self.offset(*block));
-        }
-        // Unaligned buffers are copied to aligned ones that live until the
-        // ring is done; moving an `AlignedBuf` does not move its bytes.
-        let mut bounces = Vec::new();
-        let mut ops = Vec::with_capacity(writes.len());
-        for (block, buf) in writes {
-            let ptr = if self.is_aligned(buf) {
-                buf.as_ptr() as *mut u8
-            } else {
-                let mut bounce = self.bounce(buf.len())?;
-                bounce.copy_from_slice(buf);
-                let ptr = bounce.as_mut_ptr();
-                bounces.push(bounce);
-                ptr
-            };
-            push_ops(&mut ops, ptr, buf.len(), self.offset(*block));
-        }
-        // The ring only reads through these pointers for writes.
-        let flags = if uncached { libc::RWF_DONTCACHE } else { 0 };
-        match rings.run(self.file.as_raw_fd(), &ops, true, flags) {
-            Ok(ran) => {
-                if ran.flags_refused
-                    && self.uncached_from.swap(usize::MAX, Ordering::Relaxed) != usize::MAX
-                {
-                    tracing::info!(
-                        "{}: the kernel refused uncached (RWF_DONTCACHE) writes; writing through the page cache",
-                        self.path.display()
-                    );
-                }
-                self.finish_short(&ops, &ran.done, true)
-            }
-            Err(UringError::Op(e)) => Err(e.into()),
-            Err(UringError::Ring(e)) => {
-                tracing::warn!("io_uring write batch failed ({e}); redoing it with pwrite");
-                writes
-                    .iter()
-                    .try_for_each(|(block, buf)| self.write_at(buf, self.offset(*block)))
-            }
-        }
+        self.write_batch_through(writes)?;
+        self.batch_written(writes);
+        Ok(())
     }
 
     /// `POSIX_FADV_WILLNEED`: the kernel starts reading the range into the
@@ -668,9 +701,11 @@ impl BlockDevice for FileDevice {
 
 mod alloc;
 mod options;
+mod window;
 use crate::file_on_ram_fs;
 use alloc::preallocate;
 pub use options::FileDeviceOptions;
+use window::WriteWindow;
 
 #[cfg(test)]
 mod tests;

@@ -33,6 +33,7 @@ pub struct FileDeviceOptions {
     pub(super) random_access: bool,
     pub(super) preallocate: bool,
     pub(super) uncached_batch_bytes: Option<usize>,
+    pub(super) cache_window: Option<u64>,
     pub(super) ring_entries: u32,
 }
 
@@ -46,6 +47,7 @@ impl Default for FileDeviceOptions {
             random_access: false,
             preallocate: false,
             uncached_batch_bytes: None,
+            cache_window: None,
             ring_entries: 128,
         }
     }
@@ -110,6 +112,23 @@ impl FileDeviceOptions {
     /// default): every write is cached.
     pub fn uncached_writes(mut self, min_batch_bytes: Option<usize>) -> Self {
         self.uncached_batch_bytes = min_batch_bytes;
+        self
+    }
+
+    /// Keep only the newest `bytes` of batched writes in the page cache:
+    /// as more is written, the writeback of older batches' ranges is
+    /// started (`sync_file_range`), and once another half of the window
+    /// has been written after that, their clean pages are dropped
+    /// (`POSIX_FADV_DONTNEED`). Later writes then reuse those pages instead
+    /// of taking fresh memory from the kernel, which in a VM can cost a
+    /// host fault per page, while what was written lately, the likeliest
+    /// to be read again, stays cached (unlike
+    /// [`uncached_writes`](Self::uncached_writes)). For a file written
+    /// once per block over a long stretch, such as an emulated SSD's page
+    /// image. Buffered I/O only, and not on a RAM file system (its page
+    /// cache is the file). `None` (the default): no bound.
+    pub fn cache_window(mut self, bytes: Option<u64>) -> Self {
+        self.cache_window = bytes;
         self
     }
 
