@@ -192,7 +192,7 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
             // writes reuse those pages, not fresh memory, which in a VM
             // costs a host fault per page (interleaved runs, tokubench
             // files/s after another mount's run: ptsd-uring 15-18 k ->
-            // 23-28 k, ptsd 13-16 k -> 15-17 k; bulk write+fsync 564-748
+            // 23-28 k, ptsd 14-16 k -> 14-17 k; bulk write+fsync 564-748
             // -> 789-1076 MB/s; varmail within its spread).
             let opts = FileDeviceOptions::new()
                 .block_size(cfg.page_size)
