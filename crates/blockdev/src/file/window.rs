@@ -68,7 +68,7 @@ impl WriteWindow {
     /// ranges pushed out of the newest half, and drops those pushed out of
     /// the older half.
     pub(super) fn wrote(&self, fd: RawFd, ranges: impl Iterator<Item = (u64, u64)>) {
-        let (mut kick, mut drop) = (Vec::new(), Vec::new());
+        let (mut kick, mut evict) = (Vec::new(), Vec::new());
         {
             let mut st = self.state.lock();
             let (written, flushing) = &mut *st;
@@ -79,7 +79,7 @@ impl WriteWindow {
             for &(off, len) in &kick {
                 flushing.push(off, len);
             }
-            flushing.drain_over(self.half, &mut drop);
+            flushing.drain_over(self.half, &mut evict);
         }
         // Hints, outside the lock: a failure only leaves pages cached.
         for (off, len) in kick {
@@ -94,7 +94,7 @@ impl WriteWindow {
                 )
             };
         }
-        for (off, len) in drop {
+        for (off, len) in evict {
             // SAFETY: as above; it drops the range's clean cached pages.
             unsafe {
                 libc::posix_fadvise(
