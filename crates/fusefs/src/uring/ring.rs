@@ -212,7 +212,7 @@ fn serve_queue(
     // Declared before the ring, so the ring goes first: the kernel writes
     // into these buffers while a command is pending.
     let mut ent = Entry::new(cfg.payload);
-    let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder().build(4)?;
+    let mut ring = queue_ring(cfg.poll.is_some())?;
     let fd = dev.as_raw_fd();
     let mut next = sqe(fd, CMD_REGISTER, qid, 0, &ent);
     let mut registered = false;
@@ -268,6 +268,25 @@ fn serve_queue(
         let commit_id = answer(&mut ent, handler);
         stats.requests.fetch_add(1, Ordering::Relaxed);
         next = sqe(fd, CMD_COMMIT_AND_FETCH, qid, commit_id, &ent);
+    }
+}
+
+/// The queue thread's ring. Only this thread submits (`SINGLE_ISSUER`).
+/// When it sleeps for requests, the kernel's work of handing one over runs
+/// inside its `io_uring_enter` (`DEFER_TASKRUN`) instead of as task work
+/// that interrupts it. A polling thread reads the completion queue without
+/// entering the kernel, so it keeps the interrupting task work (deferred or
+/// cooperative task work would wait for its next system call). A kernel
+/// that refuses the flags gets a plain ring.
+fn queue_ring(polling: bool) -> io::Result<IoUring<squeue::Entry128, cqueue::Entry>> {
+    let mut b = IoUring::builder();
+    b.setup_single_issuer();
+    if !polling {
+        b.setup_defer_taskrun();
+    }
+    match b.build(4) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::builder().build(4),
+        r => r,
     }
 }
 
