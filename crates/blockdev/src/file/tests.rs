@@ -304,6 +304,52 @@ fn uncached_writes_read_back_and_stay_off_on_tmpfs() {
     );
 }
 
+#[test]
+fn cache_window_applies_where_it_can_and_loses_nothing() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = FileDeviceOptions::new()
+        .direct(false)
+        .io_uring_buffered(true)
+        .cache_window(Some(4 * BS as u64));
+    let dev = opts.create(dir.path().join("w.img"), 64).unwrap();
+    assert_eq!(
+        dev.cache_window_active(),
+        !file_on_ram_fs(&dev.file),
+        "buffered, on a disk file system: {dev:?}"
+    );
+    // Six times the window, in batches of one to three blocks: ranges
+    // leave the window (written back, then dropped) while later ones land.
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut model = vec![None; 64];
+    for tag in 0..16u64 {
+        let blocks = rng.gen_range(1..=3usize);
+        let block = rng.gen_range(0..=64 - blocks) as u64;
+        dev.write_batch(&[(block, &pattern(tag, blocks)[..])])
+            .unwrap();
+        for b in 0..blocks {
+            model[block as usize + b] = Some((tag, b));
+        }
+    }
+    for (block, want) in model.iter().enumerate() {
+        let Some((tag, nth)) = want else { continue };
+        let mut back = vec![0u8; BS];
+        dev.read(block as u64, &mut back).unwrap();
+        let whole = pattern(*tag, nth + 1);
+        assert_eq!(back, whole[nth * BS..], "block {block} of {dev:?}");
+    }
+    // O_DIRECT has no page cache to bound; nor has a RAM file system.
+    let direct = FileDeviceOptions::new()
+        .direct(true)
+        .cache_window(Some(4 * BS as u64))
+        .create(dir.path().join("d.img"), 4)
+        .unwrap();
+    assert!(!direct.is_direct() || !direct.cache_window_active());
+    if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
+        let dev = opts.create(shm.path().join("w.img"), 4).unwrap();
+        assert!(!dev.cache_window_active(), "tmpfs: the cache is the file");
+    }
+}
+
 /// Runs on a real block device only when one is named (it is
 /// overwritten!): `PTSD_TEST_BLOCKDEV=/dev/loop0 cargo test`.
 #[test]
