@@ -139,7 +139,9 @@ impl FileSystem {
         let use_ordered = min > 0 && whole_new >= min && shrink.is_empty();
         // Runs of adjacent blocks (first block, bytes), built as allocated.
         let mut ordered: Vec<(u64, Vec<u8>)> = Vec::new();
-        let mut buf = vec![0u8; BLOCK_SIZE];
+        // A partial block's buffer, taken only when one is written (whole
+        // blocks, the common case, are copied straight from `data`).
+        let mut partial: Option<Vec<u8>> = None;
         for lblk in first..=last {
             let bstart = lblk * BS;
             let lo = offset.max(bstart);
@@ -184,8 +186,9 @@ impl FileSystem {
                 }
                 continue;
             }
+            let buf = partial.get_or_insert_with(crate::writes::zeroed_block);
             if matches!(mapping, Some((_, false, _))) && bstart < g.d.size {
-                self.store.read(pblk, &mut buf)?;
+                self.store.read(pblk, buf)?;
                 // Bytes past EOF must read back as zero after an extension.
                 if g.d.size < bstart + BS && g.d.size > bstart {
                     let keep = (g.d.size - bstart) as usize;
@@ -198,7 +201,7 @@ impl FileSystem {
             let n = (hi - lo) as usize;
             buf[(lo - bstart) as usize..(lo - bstart) as usize + n]
                 .copy_from_slice(&data[o..o + n]);
-            w.insert(pblk, crate::writes::block_from(&buf));
+            w.insert(pblk, crate::writes::block_from(buf));
         }
         let now = Ts::now();
         g.d.size = g.d.size.max(end);
