@@ -139,9 +139,6 @@ impl FileSystem {
         let use_ordered = min > 0 && whole_new >= min && shrink.is_empty();
         // Runs of adjacent blocks (first block, bytes), built as allocated.
         let mut ordered: Vec<(u64, Vec<u8>)> = Vec::new();
-        // A partial block's buffer, taken only when one is written (whole
-        // blocks, the common case, are copied straight from `data`).
-        let mut partial: Option<Vec<u8>> = None;
         for lblk in first..=last {
             let bstart = lblk * BS;
             let lo = offset.max(bstart);
@@ -186,22 +183,22 @@ impl FileSystem {
                 }
                 continue;
             }
-            let buf = partial.get_or_insert_with(crate::writes::zeroed_block);
+            // A partial block (at most the first and the last): built in
+            // a block of its own, zeroed where nothing is read into it.
+            let mut buf = crate::writes::zeroed_block();
             if matches!(mapping, Some((_, false, _))) && bstart < g.d.size {
-                self.store.read(pblk, buf)?;
+                self.store.read(pblk, &mut buf)?;
                 // Bytes past EOF must read back as zero after an extension.
                 if g.d.size < bstart + BS && g.d.size > bstart {
                     let keep = (g.d.size - bstart) as usize;
                     buf[keep..].fill(0);
                 }
-            } else {
-                buf.fill(0);
             }
             let o = (lo - offset) as usize;
             let n = (hi - lo) as usize;
             buf[(lo - bstart) as usize..(lo - bstart) as usize + n]
                 .copy_from_slice(&data[o..o + n]);
-            w.insert(pblk, crate::writes::block_from(buf));
+            w.insert(pblk, buf);
         }
         let now = Ts::now();
         g.d.size = g.d.size.max(end);
