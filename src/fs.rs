@@ -3,7 +3,7 @@
 //! work.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -11,9 +11,9 @@ use clap::Args;
 use ptsd_blockdev::size::parse_size;
 use std::sync::Arc;
 
-use ptsd_fs::fuse::{mount_config, FuseFs, MountOpts};
-use ptsd_fs::opcount::{Counted, OpCounts};
-use ptsd_fs::uring::{self, UringInit};
+use ptsd_fs::frontend::{self, FsHandler, ServeOptions};
+use ptsd_fs::fuse::MountOpts;
+use ptsd_fs::opcount::OpCounts;
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
 #[derive(Args, Debug)]
@@ -374,92 +374,50 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             bail!(msg);
         }
     };
-    let uring = Arc::new(UringInit::new(a.uring));
-    let mut config = mount_config(&opts);
-    if a.uring {
-        // Only FORGET, INTERRUPT and what comes before the queues are
-        // ready still arrive on /dev/fuse.
-        config.n_threads = Some(2);
-    }
-    let fs = Counted::new(
-        FuseFs::with_uring(stack.fs().clone(), uring.clone()).direct_writes(a.direct_writes),
-        counts.clone(),
-    );
-    let session = match fuser::Session::new(fs, &a.dir, &config) {
-        Ok(s) => s,
-        Err(e) => {
-            let msg = format!("mounting FUSE at {}: {e}", a.dir.display());
-            if let Some(w) = notify.as_mut() {
-                let _ = write!(w, "{msg}");
-            }
-            let _ = stack.close();
-            bail!(msg);
-        }
+    let opts = ServeOptions {
+        mount: opts,
+        threads_given: a.threads.is_some(),
+        uring: a.uring,
+        uring_poll: a.uring_poll,
+        direct_writes: a.direct_writes,
+        writeback_cache: false,
+        counts,
     };
-    let (rings, transport) = match start_rings(a, &opts, &uring, &session, stack.fs(), counts) {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(w) = notify.as_mut() {
-                let _ = write!(w, "{}", crate::out::error_line(&e));
-            }
-            drop(session);
-            let _ = stack.close();
-            return Err(e);
-        }
-    };
-    // From a thread, without a request to the mount (INIT, which `run`
-    // below serves, may lower it once; the thread sets it again).
-    ptsd_fs::fuse::raise_readahead(&a.dir);
     let pidf = pid_file(&a.dir);
-    if let Some(parent) = pidf.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
-    let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
-    let mut line = String::new();
-    for n in &info.notes {
-        line.push_str(&format!("ptsd: {n}\n"));
-    }
-    line.push_str(&format!(
-        "ptsd: mounted {} on {}; {transport}; orphans freed: {}\nptsd: durability: {}",
-        info.device,
-        a.dir.display(),
-        info.orphans_freed,
-        stack.durability()
-    ));
-    match notify.take() {
-        Some(mut w) => {
-            let _ = write!(w, "OK {line}");
-            drop(w);
-            // Detach from the terminal; errors go to a log beside the pid file.
-            let log = pidf.with_extension("log");
-            if let Ok(null) = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-            {
-                let err = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                    .unwrap_or(null.try_clone()?);
-                // SAFETY: dup2 onto the standard descriptors of this process.
-                unsafe {
-                    libc::dup2(null.as_raw_fd(), 0);
-                    libc::dup2(null.as_raw_fd(), 1);
-                    libc::dup2(err.as_raw_fd(), 2);
-                }
-            }
+    let handler = Arc::new(FsHandler::new(stack.fs().clone()));
+    let mut notify_err = notify.take();
+    let mut announce = |served: &frontend::Served| {
+        // From a thread, without a request to the mount.
+        ptsd_fs::fuse::raise_readahead(&a.dir);
+        if let Some(parent) = pidf.parent() {
+            let _ = std::fs::create_dir_all(parent);
         }
-        None => outln!("{line}"),
-    }
-    // Returns once the kernel unmounted, with /dev/fuse closed: a new
-    // mount that meets our locks during the close below sees we no longer
-    // serve and waits for them instead of refusing.
-    let res = session.run();
-    // The queues end as the kernel tears them down at unmount; none may
-    // still be in the file system when it closes.
-    if let Some(r) = rings {
-        r.join();
+        let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
+        let mut line = String::new();
+        for n in &info.notes {
+            line.push_str(&format!("ptsd: {n}\n"));
+        }
+        line.push_str(&format!(
+            "ptsd: mounted {} on {}; {}; orphans freed: {}\nptsd: durability: {}",
+            info.device,
+            a.dir.display(),
+            served.transport(),
+            info.orphans_freed,
+            stack.durability()
+        ));
+        match notify_err.take() {
+            Some(w) => detach(w, &line, &pidf),
+            None => outln!("{line}"),
+        }
+    };
+    // Returns once the kernel unmounted, with /dev/fuse closed and the
+    // queues ended: a new mount that meets our locks during the close
+    // below sees we no longer serve and waits for them instead of
+    // refusing, and nothing is still in the file system when it closes.
+    let res = frontend::serve(&a.dir, opts, handler, &mut announce).map_err(anyhow::Error::from);
+    drop(announce);
+    if let (Err(e), Some(mut w)) = (&res, notify_err.take()) {
+        let _ = write!(w, "{}", crate::out::error_line(e));
     }
     let ssd = stack.ssd().cloned();
     if let Err(e) = stack.close() {
@@ -479,58 +437,36 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         );
     }
     let _ = std::fs::remove_file(&pidf);
-    res.context("FUSE session")
+    res
 }
 
-/// Starts the io_uring queues if INIT agreed on them; says which transport
-/// serves the mount (and, once, why not io_uring when it was asked for).
-fn start_rings(
-    a: &MountArgs,
-    opts: &MountOpts,
-    uring: &UringInit,
-    session: &fuser::Session<Counted<FuseFs>>,
-    fs: &Arc<ptsd_fs::FileSystem>,
-    counts: Option<Arc<OpCounts>>,
-) -> Result<(Option<uring::Rings>, String)> {
-    let classic = format!("/dev/fuse, {} FUSE threads", opts.threads);
-    if !a.uring {
-        return Ok((None, classic));
-    }
-    if !uring.negotiated() {
-        let why = uring::Availability::probe().reason();
-        return Ok((None, format!("{classic} (FUSE over io_uring: {why})")));
-    }
-    let queues = uring::possible_cpus();
-    let cfg = uring::RingConfig {
-        threads_per_queue: match (a.threads, a.uring_poll) {
-            (Some(t), _) => t.div_ceil(queues).max(1),
-            // Spinning threads each want a CPU of their own.
-            (None, Some(_)) => 1,
-            (None, None) => (opts.threads / queues).max(1),
-        },
-        poll: a.uring_poll,
-        payload: uring.payload_bytes(),
+/// Tells the waiting parent the mount is up, then detaches from the
+/// terminal; errors go to a log beside the pid file.
+fn detach(mut w: std::fs::File, line: &str, pidf: &Path) {
+    let _ = write!(w, "OK {line}");
+    drop(w);
+    let log = pidf.with_extension("log");
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return;
     };
-    let handler = Arc::new(
-        uring::FsHandler::new(fs.clone(), uring.killpriv_v2(), counts)
-            .direct_writes(uring.direct_writes()),
-    );
-    let started = session
-        .as_fd()
-        .try_clone_to_owned()
-        .and_then(|dev| uring::start(dev, handler, &cfg));
-    // The kernel holds requests until every queue has an entry (a failed
-    // REGISTER sends it back to /dev/fuse); without queue threads it would
-    // hold them for ever, so this is an error, not a fallback.
-    let r = started.context("starting the FUSE io_uring queues")?;
-    let poll = a.uring_poll.map_or(String::new(), |d| {
-        format!(", busy-polling {} µs", d.as_micros())
-    });
-    let t = format!(
-        "FUSE over io_uring, {queues} queues x {} threads{poll}",
-        cfg.threads_per_queue
-    );
-    Ok((Some(r), t))
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .or_else(|_| null.try_clone());
+    let Ok(err) = err else {
+        return;
+    };
+    // SAFETY: dup2 onto the standard descriptors of this process.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(null.as_raw_fd(), 1);
+        libc::dup2(err.as_raw_fd(), 2);
+    }
 }
 
 pub fn umount_cmd(a: &UmountArgs) -> Result<()> {

@@ -5,7 +5,8 @@
 //! [`format`](mod@format) (on-device structures, all checksummed), per-group
 //! allocation bitmaps, hash-indexed directories and extent maps (internal),
 //! [`filesystem`] (the operations, each one transaction on a
-//! [`store::Store`]), [`fuse`] (the `fuser` adapter), [`uring`] (FUSE over io_uring), [`fsck`].
+//! [`store::Store`]), [`frontend`] (the FUSE front end: one request model and handler under
+//! both transports), [`fuse`] (mount and INIT), [`uring`] (FUSE over io_uring), [`fsck`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -33,6 +34,7 @@ pub mod error;
 pub(crate) mod extent;
 pub mod filesystem;
 pub mod format;
+pub mod frontend;
 pub mod fsck;
 pub mod fuse;
 pub mod opcount;

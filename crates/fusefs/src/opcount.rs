@@ -1,10 +1,9 @@
 //! Requests per FUSE opcode, counted in a small shared file.
 //!
-//! [`Counted`] wraps any [`fuser::Filesystem`] and counts each request it
-//! forwards (the ones the kernel sends; `init` and `destroy` aside) in an
-//! [`OpCounts`] table. (A BATCH_FORGET is counted as its forgets: fuser
-//! does not export its node type, so the trait's default splits it and
-//! calls `forget` for each node, as it would for the wrapped file system.) The table lives in a file mapped shared, so another
+//! The front end ([`crate::frontend::Frontend`]) counts each request the
+//! kernel sends (INIT, DESTROY and INTERRUPT aside; a BATCH_FORGET as its
+//! forgets), on either transport, in an [`OpCounts`] table. The table
+//! lives in a file mapped shared, so another
 //! process (the benchmark) reads the live counts with a plain
 //! [`read_counts`] at any moment, without a protocol or a signal: a
 //! benchmark takes one snapshot before and one after a timed run and
@@ -13,20 +12,10 @@
 //! The file: 8 bytes of magic, a little-endian `u64` count `N`, then `N`
 //! little-endian `u64` counters in the order of [`OP_NAMES`].
 
-use std::ffi::OsStr;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
-
-use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, INodeNo, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier, RenameFlags,
-    ReplyAttr, ReplyBmap, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
 
 const MAGIC: &[u8; 8] = b"PTSDOPC1";
 const HEADER: usize = 16;
@@ -182,7 +171,13 @@ impl OpCounts {
     /// Counts one request of `op`.
     #[inline]
     pub fn bump(&self, op: Op) {
-        self.counters()[op as usize].fetch_add(1, Ordering::Relaxed);
+        self.add(op, 1);
+    }
+
+    /// Counts `n` requests of `op`.
+    #[inline]
+    pub fn add(&self, op: Op, n: u64) {
+        self.counters()[op as usize].fetch_add(n, Ordering::Relaxed);
     }
 
     /// The current counts, in [`OP_NAMES`] order.
@@ -217,468 +212,61 @@ pub fn read_counts(path: &Path) -> Result<Vec<u64>, OpCountError> {
         .collect())
 }
 
-/// A [`Filesystem`] that counts every request before passing it on.
-pub struct Counted<F> {
-    inner: F,
-    counts: Option<Arc<OpCounts>>,
-}
+/// `(FUSE opcode, counter)`: what [`Op::of_opcode`] looks up. TMPFILE
+/// counts as a create.
+const BY_OPCODE: [(u32, Op); 42] = [
+    (1, Op::Lookup),
+    (2, Op::Forget),
+    (3, Op::Getattr),
+    (4, Op::Setattr),
+    (5, Op::Readlink),
+    (6, Op::Symlink),
+    (8, Op::Mknod),
+    (9, Op::Mkdir),
+    (10, Op::Unlink),
+    (11, Op::Rmdir),
+    (12, Op::Rename),
+    (13, Op::Link),
+    (14, Op::Open),
+    (15, Op::Read),
+    (16, Op::Write),
+    (17, Op::Statfs),
+    (18, Op::Release),
+    (20, Op::Fsync),
+    (21, Op::Setxattr),
+    (22, Op::Getxattr),
+    (23, Op::Listxattr),
+    (24, Op::Removexattr),
+    (25, Op::Flush),
+    (27, Op::Opendir),
+    (28, Op::Readdir),
+    (29, Op::Releasedir),
+    (30, Op::Fsyncdir),
+    (31, Op::Getlk),
+    (32, Op::Setlk),
+    (33, Op::Setlk),
+    (34, Op::Access),
+    (35, Op::Create),
+    (37, Op::Bmap),
+    (39, Op::Ioctl),
+    (40, Op::Poll),
+    (42, Op::Forget),
+    (43, Op::Fallocate),
+    (44, Op::Readdirplus),
+    (45, Op::Rename),
+    (46, Op::Lseek),
+    (47, Op::CopyFileRange),
+    (51, Op::Create),
+];
 
-impl<F: Filesystem> Counted<F> {
-    /// Wraps `inner`, counting into `counts` (or not at all: one type
-    /// whether counting or not, for the caller's session).
-    pub fn new(inner: F, counts: Option<Arc<OpCounts>>) -> Self {
-        Counted { inner, counts }
-    }
-
-    #[inline]
-    fn bump(&self, op: Op) {
-        if let Some(c) = &self.counts {
-            c.bump(op);
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-impl<F: Filesystem> Filesystem for Counted<F> {
-    fn init(&mut self, req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        self.inner.init(req, config)
-    }
-
-    fn destroy(&mut self) {
-        self.inner.destroy()
-    }
-
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.bump(Op::Lookup);
-        self.inner.lookup(req, parent, name, reply)
-    }
-
-    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
-        self.bump(Op::Forget);
-        self.inner.forget(req, ino, nlookup)
-    }
-
-    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.bump(Op::Getattr);
-        self.inner.getattr(req, ino, fh, reply)
-    }
-
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        crtime: Option<SystemTime>,
-        chgtime: Option<SystemTime>,
-        bkuptime: Option<SystemTime>,
-        flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        self.bump(Op::Setattr);
-        self.inner.setattr(
-            req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
-            flags, reply,
-        )
-    }
-
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.bump(Op::Readlink);
-        self.inner.readlink(req, ino, reply)
-    }
-
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        self.bump(Op::Mknod);
-        self.inner
-            .mknod(req, parent, name, mode, umask, rdev, reply)
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        self.bump(Op::Mkdir);
-        self.inner.mkdir(req, parent, name, mode, umask, reply)
-    }
-
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.bump(Op::Unlink);
-        self.inner.unlink(req, parent, name, reply)
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.bump(Op::Rmdir);
-        self.inner.rmdir(req, parent, name, reply)
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        self.bump(Op::Symlink);
-        self.inner.symlink(req, parent, link_name, target, reply)
-    }
-
-    fn rename(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Rename);
-        self.inner
-            .rename(req, parent, name, newparent, newname, flags, reply)
-    }
-
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        self.bump(Op::Link);
-        self.inner.link(req, ino, newparent, newname, reply)
-    }
-
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.bump(Op::Open);
-        self.inner.open(req, ino, flags, reply)
-    }
-
-    fn read(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.bump(Op::Read);
-        self.inner
-            .read(req, ino, fh, offset, size, flags, lock_owner, reply)
-    }
-
-    fn write(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        self.bump(Op::Write);
-        self.inner.write(
-            req,
-            ino,
-            fh,
-            offset,
-            data,
-            write_flags,
-            flags,
-            lock_owner,
-            reply,
-        )
-    }
-
-    fn flush(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Flush);
-        self.inner.flush(req, ino, fh, lock_owner, reply)
-    }
-
-    fn release(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Release);
-        self.inner
-            .release(req, ino, fh, flags, lock_owner, flush, reply)
-    }
-
-    fn fsync(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Fsync);
-        self.inner.fsync(req, ino, fh, datasync, reply)
-    }
-
-    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.bump(Op::Opendir);
-        self.inner.opendir(req, ino, flags, reply)
-    }
-
-    fn readdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectory,
-    ) {
-        self.bump(Op::Readdir);
-        self.inner.readdir(req, ino, fh, offset, reply)
-    }
-
-    fn readdirplus(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
-        self.bump(Op::Readdirplus);
-        self.inner.readdirplus(req, ino, fh, offset, reply)
-    }
-
-    fn releasedir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Releasedir);
-        self.inner.releasedir(req, ino, fh, flags, reply)
-    }
-
-    fn fsyncdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Fsyncdir);
-        self.inner.fsyncdir(req, ino, fh, datasync, reply)
-    }
-
-    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        self.bump(Op::Statfs);
-        self.inner.statfs(req, ino, reply)
-    }
-
-    fn setxattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Setxattr);
-        self.inner
-            .setxattr(req, ino, name, value, flags, position, reply)
-    }
-
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.bump(Op::Getxattr);
-        self.inner.getxattr(req, ino, name, size, reply)
-    }
-
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.bump(Op::Listxattr);
-        self.inner.listxattr(req, ino, size, reply)
-    }
-
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.bump(Op::Removexattr);
-        self.inner.removexattr(req, ino, name, reply)
-    }
-
-    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.bump(Op::Access);
-        self.inner.access(req, ino, mask, reply)
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        self.bump(Op::Create);
-        self.inner
-            .create(req, parent, name, mode, umask, flags, reply)
-    }
-
-    fn getlk(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        reply: ReplyLock,
-    ) {
-        self.bump(Op::Getlk);
-        self.inner
-            .getlk(req, ino, fh, lock_owner, start, end, typ, pid, reply)
-    }
-
-    fn setlk(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Setlk);
-        self.inner
-            .setlk(req, ino, fh, lock_owner, start, end, typ, pid, sleep, reply)
-    }
-
-    fn bmap(&self, req: &Request, ino: INodeNo, blocksize: u32, idx: u64, reply: ReplyBmap) {
-        self.bump(Op::Bmap);
-        self.inner.bmap(req, ino, blocksize, idx, reply)
-    }
-
-    fn ioctl(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        flags: IoctlFlags,
-        cmd: u32,
-        in_data: &[u8],
-        out_size: u32,
-        reply: ReplyIoctl,
-    ) {
-        self.bump(Op::Ioctl);
-        self.inner
-            .ioctl(req, ino, fh, flags, cmd, in_data, out_size, reply)
-    }
-
-    fn poll(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        ph: PollNotifier,
-        events: PollEvents,
-        flags: PollFlags,
-        reply: ReplyPoll,
-    ) {
-        self.bump(Op::Poll);
-        self.inner.poll(req, ino, fh, ph, events, flags, reply)
-    }
-
-    fn fallocate(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        self.bump(Op::Fallocate);
-        self.inner
-            .fallocate(req, ino, fh, offset, length, mode, reply)
-    }
-
-    fn lseek(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        self.bump(Op::Lseek);
-        self.inner.lseek(req, ino, fh, offset, whence, reply)
-    }
-
-    fn copy_file_range(
-        &self,
-        req: &Request,
-        ino_in: INodeNo,
-        fh_in: FileHandle,
-        offset_in: u64,
-        ino_out: INodeNo,
-        fh_out: FileHandle,
-        offset_out: u64,
-        len: u64,
-        flags: CopyFileRangeFlags,
-        reply: ReplyWrite,
-    ) {
-        self.bump(Op::CopyFileRange);
-        self.inner.copy_file_range(
-            req, ino_in, fh_in, offset_in, ino_out, fh_out, offset_out, len, flags, reply,
-        )
+impl Op {
+    /// The counter of a request with FUSE opcode `opcode` (`None`: not
+    /// counted, as INIT, DESTROY, INTERRUPT).
+    pub fn of_opcode(opcode: u32) -> Option<Op> {
+        BY_OPCODE
+            .iter()
+            .find(|&&(o, _)| o == opcode)
+            .map(|&(_, op)| op)
     }
 }
 
@@ -700,6 +288,22 @@ mod tests {
         assert_eq!(read[Op::CopyFileRange as usize], 1);
         assert_eq!(read.iter().sum::<u64>(), 3);
         assert_eq!(OP_NAMES[Op::CopyFileRange as usize], "copy_file_range");
+    }
+
+    #[test]
+    fn opcodes_map_to_their_counters() {
+        assert_eq!(Op::of_opcode(1), Some(Op::Lookup));
+        assert_eq!(Op::of_opcode(42), Some(Op::Forget));
+        assert_eq!(Op::of_opcode(51), Some(Op::Create));
+        assert_eq!(Op::of_opcode(47), Some(Op::CopyFileRange));
+        // INIT, INTERRUPT, DESTROY: not counted.
+        for o in [26, 36, 38] {
+            assert_eq!(Op::of_opcode(o), None);
+        }
+        // Each counter's name matches its opcode's.
+        for (o, op) in BY_OPCODE {
+            assert_eq!(Op::of_opcode(o), Some(op));
+        }
     }
 
     #[test]

@@ -1,18 +1,18 @@
-// Over 800 lines: one FUSE handler per opcode ptsd-fs answers, kept together so the ceiling's replies can be read against ptsd-fs's.
 //! A minimal in-memory FUSE file system that does no real work: the FUSE
 //! ceiling of the machine, for comparison with ptsd-fs.
 //!
 //! A ceiling must ask the kernel for the same things ptsd-fs does, or the
-//! two get different requests and "ptsd / no-op" measures the difference:
-//! it mounts with ptsd-fs's own `mount_config` (noatime,
-//! default_permissions, threads, cloned fds), asks for the same INIT
-//! capabilities ([`INIT_FLAGS`]: READDIRPLUS, PARALLEL_DIROPS, ASYNC_DIO,
-//! HANDLE_KILLPRIV_V2), caches negative entries, answers FLUSH with ENOSYS
-//! (the kernel then stops sending it), getxattr with ENODATA, and opens
-//! with ptsd-fs's default flags (`FOPEN_KEEP_CACHE`, and `FOPEN_DIRECT_IO`
-//! for write-only opens: [`open_reply_flags`]), all as ptsd-fs does. Its state is sharded by
-//! inode (no global lock) and every reply is sent after the shard lock is
-//! released, so one slow reply never holds up another thread.
+//! two get different requests and "ptsd / no-op" measures the difference.
+//! It is served by ptsd-fs's own front end ([`ptsd_fs::frontend`]): the
+//! same mount options, the same INIT step, the same transports and the
+//! same reply policy (entry and attribute validity, negative entries,
+//! open flags), so ceiling and subject get the same requests by
+//! construction; only its [`Handler`](ptsd_fs::frontend::Handler)
+//! ([`handler`]) is its own. It answers FLUSH with ENOSYS (the kernel
+//! then stops sending it) and getxattr with ENODATA, as ptsd-fs does. Its
+//! state is sharded by inode (no global lock) and every reply is sent
+//! after the shard lock is released, so one slow reply never holds up
+//! another thread.
 //!
 //! Inodes, directories and file bytes live in memory; `fsync` and
 //! `fsyncdir` reply at once. It serves enough of POSIX for the
@@ -22,29 +22,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use fuser::{
-    AccessFlags, BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, FopenFlags,
-    Generation, INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
+use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 use parking_lot::{Mutex, MutexGuard};
-use ptsd_fs::fuse::{
-    direct_writes_coherent, mount_config as ptsd_mount_config, open_reply_flags, raise_readahead,
-    MountOpts, INIT_FLAGS, TTL,
-};
-use ptsd_fs::opcount::{Counted, OpCounts};
-use ptsd_fs::uring::UringInit;
+use ptsd_fs::frontend::{Mount, ServeOptions, Served};
+use ptsd_fs::fuse::{raise_readahead, MountOpts};
+use ptsd_fs::opcount::OpCounts;
 
 use super::{FsBenchError, Result};
 
-mod uring;
+mod handler;
 
 /// Inode shards: enough that 2..16 FUSE threads rarely meet on one lock.
 const SHARDS: usize = 64;
@@ -62,8 +53,7 @@ pub struct NoopOptions {
     /// [`ptsd_fs::opcount`]).
     pub op_counts: Option<PathBuf>,
     /// Serve over FUSE io_uring where the kernel offers it, as ptsd-fs
-    /// does (`ptsd bench noop-mount --uring`; the in-process mount
-    /// ignores it).
+    /// does (`ptsd bench noop-mount --uring`).
     pub uring: bool,
 }
 
@@ -144,8 +134,7 @@ type Shard = HashMap<u64, Node>;
 /// The in-memory file system; mount it with [`NoopMount::mount`] or
 /// [`serve`].
 ///
-/// A clone shares the state: fuser's session and the io_uring queues serve
-/// one file system.
+/// A clone shares the state.
 #[derive(Clone)]
 pub struct NoopFs {
     shards: Arc<[Mutex<Shard>]>,
@@ -154,9 +143,6 @@ pub struct NoopFs {
     /// Renames change two directories in steps; they take this first, so
     /// two renames never interleave (the workloads do not rename).
     tree_lock: Arc<Mutex<()>>,
-    options: NoopOptions,
-    /// INIT's io_uring outcome when `options.uring`.
-    uring_init: Arc<UringInit>,
 }
 
 fn new_attr(kind: FileType, perm: u16, (uid, gid): (u32, u32)) -> FileAttr {
@@ -180,28 +166,6 @@ fn new_attr(kind: FileType, perm: u16, (uid, gid): (u32, u32)) -> FileAttr {
     }
 }
 
-/// The entry ptsd-fs returns for a missing name: node id 0, which the
-/// kernel caches as "no such name" for the TTL.
-fn negative_entry() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
 fn set_size(attr: &mut FileAttr, size: u64) {
     attr.size = size;
     attr.blocks = size.div_ceil(512);
@@ -214,7 +178,7 @@ fn touch(attr: &mut FileAttr) {
 
 impl NoopFs {
     /// An empty file system with a root directory owned by the caller.
-    pub fn new(options: NoopOptions) -> Self {
+    pub fn new() -> Self {
         let now = SystemTime::now();
         // SAFETY: getuid/getgid have no preconditions and cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -250,8 +214,6 @@ impl NoopFs {
             next_ino: Arc::new(AtomicU64::new(INodeNo::ROOT.0 + 1)),
             nodes: Arc::new(AtomicU64::new(1)),
             tree_lock: Arc::new(Mutex::new(())),
-            uring_init: Arc::new(UringInit::new(options.uring)),
-            options,
         }
     }
 
@@ -375,12 +337,6 @@ impl NoopFs {
         Ok(())
     }
 
-    /// As ptsd-fs answers (direct write-only opens where the kernel keeps
-    /// readers coherent).
-    fn open_flags(&self, open_flags: u32) -> u32 {
-        open_reply_flags(open_flags, self.uring_init.direct_writes())
-    }
-
     /// Up to `max` entries of `dir` from readdir offset `offset` (0, or a
     /// `next` returned before), `.` and `..` first, each with its `next`.
     #[allow(clippy::type_complexity)]
@@ -437,340 +393,6 @@ fn unlink_in(
         }
         Some(_) => Err(Errno::ENOTDIR),
         None => Err(Errno::ENOENT),
-    }
-}
-
-impl fuser::Filesystem for NoopFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = INIT_FLAGS;
-        if self.options.writeback_cache {
-            want |= fuser::InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        // Only what the kernel offers (an old kernel just runs without).
-        let _ = config.add_capabilities(want & config.capabilities());
-        let u = &self.uring_init;
-        let offered = config
-            .capabilities()
-            .contains(fuser::InitFlags::FUSE_OVER_IO_URING);
-        let negotiated = u.wanted()
-            && offered
-            && config
-                .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
-                .is_ok();
-        if negotiated {
-            // As ptsd-fs: each ring entry holds a max_write buffer.
-            let _ = config.set_max_write(ptsd_fs::uring::MAX_WRITE);
-        }
-        let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
-        u.record(offered, negotiated, ra, true);
-        u.record_direct_writes(direct_writes_coherent(config.capabilities()));
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self
-            .child(parent.0, name)
-            .and_then(|(ino, _)| self.attr(ino))
-        {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(Errno::ENOENT) => reply.entry(&TTL, &negative_entry(), Generation(0)),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &a),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let result = self.set_attr(ino.0, mode, uid, gid, size, atime, mtime);
-        match result {
-            Ok(a) => reply.attr(&TTL, &a),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let attr = new_attr(
-            FileType::Directory,
-            (mode & !umask & 0o7777) as u16,
-            (req.uid(), req.gid()),
-        );
-        let content = Content::Dir {
-            parent: parent.0,
-            entries: Entries::new(),
-        };
-        match self.insert(parent.0, name, attr, content) {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.remove(parent.0, name, false) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.remove(parent.0, name, true) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn rename(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        if !flags.is_empty() {
-            // The workloads never ask for NOREPLACE/EXCHANGE.
-            return reply.error(Errno::EINVAL);
-        }
-        let result = self.rename_entry(parent.0, name, newparent.0, newname);
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.attr(ino.0).map(|a| a.kind) {
-            Ok(FileType::Directory) => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(
-                FileHandle(0),
-                FopenFlags::from_bits_retain(self.open_flags(flags.0 as u32)),
-            ),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let attr = new_attr(
-            FileType::RegularFile,
-            (mode & !umask & 0o7777) as u16,
-            (req.uid(), req.gid()),
-        );
-        match self.insert(parent.0, name, attr, Content::File(Vec::new())) {
-            Ok(attr) => reply.created(
-                &TTL,
-                &attr,
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::from_bits_retain(self.open_flags(flags as u32)),
-            ),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let result = self.read_at(ino.0, offset, size);
-        match result {
-            Ok(bytes) => reply.data(&bytes),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        let result = self.write_at(ino.0, offset, data);
-        match result {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        // ptsd-fs's answer: nothing to do at close; the kernel stops asking.
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.attr(ino.0).map(|a| a.kind) {
-            Ok(FileType::Directory) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Ok(_) => reply.error(Errno::ENOTDIR),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        match self.list(ino.0, offset, 512) {
-            Ok(entries) => {
-                for (child, kind, name, next) in &entries {
-                    if reply.add(INodeNo(*child), *next, *kind, name) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        match self.list(ino.0, offset, 256) {
-            Ok(entries) => {
-                for (child, _, name, next) in &entries {
-                    let Ok(attr) = self.attr(*child) else {
-                        continue;
-                    };
-                    if reply.add(INodeNo(*child), *next, name, &TTL, &attr, Generation(0)) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let files = self.nodes.load(Ordering::Relaxed);
-        // Reports a large, mostly free device so df and space checks pass.
-        reply.statfs(
-            1 << 30,
-            1 << 29,
-            1 << 29,
-            files + (1 << 24),
-            1 << 24,
-            4096,
-            255,
-            4096,
-        );
-    }
-
-    fn getxattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        // No xattrs here; ptsd-fs answers a file without them the same way
-        // (the kernel asks for security.capability before writes unless
-        // KILLPRIV_V2 marked the inode S_NOSEC).
-        match self.attr(ino.0) {
-            Ok(_) => reply.error(Errno::ENODATA),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.attr(ino.0) {
-            Ok(_) if size == 0 => reply.size(0),
-            Ok(_) => reply.data(&[]),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // As ptsd-fs: the kernel checks permissions (default_permissions);
-        // this says whether the inode exists.
-        match self.attr(ino.0) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
     }
 }
 
@@ -952,39 +574,65 @@ impl NoopFs {
     }
 }
 
+impl Default for NoopFs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A mounted [`NoopFs`]; dropping it unmounts.
 pub struct NoopMount {
-    session: Option<BackgroundSession>,
+    served: Option<Served>,
     dir: PathBuf,
 }
 
-fn mount_config(options: &NoopOptions) -> Config {
-    let mut config = ptsd_mount_config(&MountOpts {
-        threads: options.threads,
-        fsname: "ptsd-bench-noop".into(),
-        ..MountOpts::default()
-    });
-    // Same options as ptsd-fs but the subtype, so the two are told apart.
-    for o in &mut config.mount_options {
-        if let MountOption::Subtype(s) = o {
-            *s = "noop".into();
-        }
-    }
-    config
-}
-
-fn check(options: &NoopOptions) -> Result<Option<Arc<OpCounts>>> {
+/// Mounts a fresh [`NoopFs`] on `dir` and starts serving it.
+fn start(dir: &Path, options: NoopOptions) -> Result<Served> {
     if options.threads == 0 {
         return Err(FsBenchError::Config(
             "the no-op FUSE fs needs at least one thread".into(),
         ));
     }
-    options
+    let counts = options
         .op_counts
         .as_deref()
         .map(OpCounts::create)
         .transpose()
-        .map_err(|e| FsBenchError::Config(e.to_string()))
+        .map_err(|e| FsBenchError::Config(e.to_string()))?;
+    let opts = ServeOptions {
+        mount: MountOpts {
+            threads: options.threads,
+            fsname: "ptsd-bench-noop".into(),
+            ..MountOpts::default()
+        },
+        uring: options.uring,
+        writeback_cache: options.writeback_cache,
+        counts,
+        ..ServeOptions::default()
+    };
+    let err = |e: ptsd_fs::frontend::ServeError| FsBenchError::Mount {
+        path: dir.to_path_buf(),
+        detail: format!("serving the no-op fs: {}", error_chain(&e)),
+    };
+    let served = Mount::new(dir, opts)
+        .and_then(|m| m.start(Arc::new(NoopFs::new())))
+        .map_err(err)?;
+    if options.uring && !served.transport().starts_with("FUSE over io_uring") {
+        eprintln!("no-op fs: serving {}", served.transport());
+    }
+    // The same read-ahead window as a ptsd-fs mount (like with like).
+    raise_readahead(dir);
+    Ok(served)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    s
 }
 
 /// Serves a fresh [`NoopFs`] on `dir` in this process until it is
@@ -992,66 +640,21 @@ fn check(options: &NoopOptions) -> Result<Option<Arc<OpCounts>>> {
 /// like any real FUSE file system (`ptsd bench noop-mount`, which the
 /// `noop` target of `ptsd bench fs` spawns).
 pub fn serve(dir: &Path, options: NoopOptions) -> Result<()> {
-    let counts = check(&options)?;
-    let mut config = mount_config(&options);
-    let (want_uring, threads) = (options.uring, options.threads);
-    if want_uring {
-        // As ptsd-fs: /dev/fuse keeps only FORGET, INTERRUPT and what
-        // comes before the queues are ready.
-        config.n_threads = Some(2);
-    }
-    let noop = NoopFs::new(options);
-    let fs = Counted::new(noop.clone(), counts.clone());
-    let err = |e: std::io::Error| FsBenchError::Mount {
-        path: dir.to_path_buf(),
-        detail: format!("serving the no-op fs: {e}"),
-    };
-    let session = fuser::Session::new(fs, dir, &config).map_err(err)?;
-    let rings = if noop.uring_init.negotiated() {
-        let dev = session.as_fd().try_clone_to_owned().map_err(err)?;
-        let queues = ptsd_fs::uring::possible_cpus();
-        let cfg = ptsd_fs::uring::RingConfig {
-            // The same split as a ptsd-fs mount: its FUSE threads per queue.
-            threads_per_queue: (threads / queues).max(1),
-            poll: None,
-            payload: noop.uring_init.payload_bytes(),
-        };
-        Some(
-            ptsd_fs::uring::start(dev, Arc::new(uring::Ring::new(noop, counts)), &cfg)
-                .map_err(err)?,
-        )
-    } else {
-        if want_uring {
-            eprintln!(
-                "no-op fs: FUSE over io_uring: {}; serving /dev/fuse",
-                ptsd_fs::uring::Availability::probe().reason()
-            );
-        }
-        None
-    };
-    // The same read-ahead window as a ptsd-fs mount (like with like).
-    raise_readahead(dir);
-    let res = session.run().map_err(err);
-    if let Some(r) = rings {
-        r.join();
-    }
-    res
+    start(dir, options)?
+        .wait()
+        .map_err(|e| FsBenchError::Mount {
+            path: dir.to_path_buf(),
+            detail: format!("serving the no-op fs: {}", error_chain(&e)),
+        })
 }
 
 impl NoopMount {
-    /// Mounts a fresh [`NoopFs`] on `dir` (an existing empty directory).
-    /// Needs root (fuser mounts with mount(2), no fusermount) and /dev/fuse.
+    /// Mounts a fresh [`NoopFs`] on `dir` (an existing empty directory),
+    /// served by threads of this process. Needs root (mount(2), no
+    /// fusermount) and /dev/fuse.
     pub fn mount(dir: &Path, options: NoopOptions) -> Result<Self> {
-        let counts = check(&options)?;
-        let config = mount_config(&options);
-        let fs = Counted::new(NoopFs::new(options), counts);
-        let session = fuser::spawn_mount(fs, dir, &config).map_err(|e| FsBenchError::Mount {
-            path: dir.to_path_buf(),
-            detail: format!("fuse mount of the no-op fs failed: {e}"),
-        })?;
-        raise_readahead(dir);
         Ok(NoopMount {
-            session: Some(session),
+            served: Some(start(dir, options)?),
             dir: dir.to_path_buf(),
         })
     }
@@ -1063,19 +666,23 @@ impl NoopMount {
 
     /// Unmounts and waits for the FUSE threads to end.
     pub fn unmount(mut self) -> Result<()> {
-        match self.session.take() {
-            Some(s) => s.umount_and_join().map_err(|e| FsBenchError::Mount {
-                path: self.dir.clone(),
-                detail: format!("unmount failed: {e}"),
-            }),
-            None => Ok(()),
-        }
+        let Some(mut s) = self.served.take() else {
+            return Ok(());
+        };
+        let err = |detail: String| FsBenchError::Mount {
+            path: self.dir.clone(),
+            detail: format!("unmount failed: {detail}"),
+        };
+        s.unmount().map_err(|e| err(e.to_string()))?;
+        s.wait().map_err(|e| err(error_chain(&e)))
     }
 }
 
 impl Drop for NoopMount {
     fn drop(&mut self) {
-        // BackgroundSession unmounts when dropped.
-        drop(self.session.take());
+        if let Some(mut s) = self.served.take() {
+            let _ = s.unmount();
+            let _ = s.wait();
+        }
     }
 }

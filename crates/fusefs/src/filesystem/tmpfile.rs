@@ -19,11 +19,16 @@ impl FileSystem {
         self.writable()?;
         let orphan = self.layout.orphan;
         let mut held = self.lock_sorted(&[dir, orphan])?;
+        let mut who = who;
         {
             let d = held.get(dir);
             self.ensure_dir(d)?;
             if d.d.nlink == 0 {
                 return Err(Errno::ENOENT);
+            }
+            // As a named create: a setgid directory passes its group on.
+            if d.d.mode & libc::S_ISGID != 0 {
+                who.gid = d.d.gid;
             }
         }
         self.ensure_dir(held.get(orphan))?;

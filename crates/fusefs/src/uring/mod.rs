@@ -3,39 +3,22 @@
 //! `IORING_OP_URING_CMD` on per-CPU queues and replies go back with the next
 //! fetch, with no `read`/`write` on /dev/fuse per request.
 //!
-//! fuser still mounts and answers INIT over /dev/fuse ([`crate::fuse::FuseFs`]
-//! asks for `FUSE_OVER_IO_URING` there, see [`UringInit`]), and keeps
-//! serving what the kernel still sends through /dev/fuse (FORGET,
-//! INTERRUPT, requests before every queue has an entry): the same
-//! [`crate::FileSystem`] behind both. [`FsHandler`] answers the ring's requests,
-//! decoded by [`proto`], on [`ring`]'s queue threads.
+//! The mount and INIT still go over /dev/fuse ([`crate::fuse`] asks for
+//! `FUSE_OVER_IO_URING` there, see [`UringInit`]), and the /dev/fuse
+//! threads keep serving what the kernel still sends that way (FORGET,
+//! INTERRUPT, requests before every queue has an entry). Both transports
+//! only move bytes: [`ring`]'s queue threads hand each entry's request to
+//! the same [`crate::frontend::Frontend`] as /dev/fuse does.
 
 #[doc(hidden)]
 pub mod fuzz;
-pub mod proto;
 pub mod ring;
-mod serve;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+/// The codec, shared with /dev/fuse (here for the paths of old callers).
+pub use crate::frontend::proto;
 pub use ring::{possible_cpus, start, RingConfig, RingStats, Rings};
-pub use serve::FsHandler;
-
-use proto::{InHeader, Request, Response};
-
-/// What answers the requests of the rings.
-pub trait Handler: Send + Sync + 'static {
-    /// Answers one request.
-    fn handle(&self, h: &InHeader, req: Request<'_>) -> Response;
-    /// Whether work is due that the queue's thread should do once its
-    /// reply is on its way ([`after_reply`](Self::after_reply)); asked
-    /// after every request, so it must be cheap. Default: never.
-    fn work_due(&self) -> bool {
-        false
-    }
-    /// The work [`work_due`](Self::work_due) announced.
-    fn after_reply(&self) {}
-}
 
 /// The module parameter that turns the kernel side on.
 pub const ENABLE_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -85,8 +68,8 @@ pub fn enable() -> std::io::Result<()> {
 /// per entry.
 pub const MAX_WRITE: u32 = 1 << 20;
 
-/// INIT's outcome for the io_uring transport, shared between
-/// [`crate::fuse::FuseFs`]'s INIT and the code that starts the rings.
+/// INIT's outcome, shared between the INIT step ([`crate::fuse`]) and the
+/// code that starts the transports.
 #[derive(Debug, Default)]
 pub struct UringInit {
     want: bool,
@@ -131,7 +114,8 @@ impl UringInit {
             .max(8192)
     }
 
-    /// INIT agreed on `FUSE_HANDLE_KILLPRIV_V2` (see `FuseFs`).
+    /// INIT agreed on `FUSE_HANDLE_KILLPRIV_V2` (see
+    /// [`crate::frontend::Policy`]).
     pub fn killpriv_v2(&self) -> bool {
         self.killpriv_v2.load(Ordering::SeqCst)
     }
@@ -148,11 +132,21 @@ impl UringInit {
         self.direct_writes.store(on, Ordering::SeqCst);
     }
 
-    /// Records INIT's outcome (a fuser `init` that asked for io_uring calls this).
+    /// Records INIT's outcome (the INIT step calls this).
     pub fn record(&self, offered: bool, negotiated: bool, max_readahead: u32, killpriv_v2: bool) {
         self.killpriv_v2.store(killpriv_v2, Ordering::SeqCst);
         self.offered.store(offered, Ordering::SeqCst);
         self.negotiated.store(negotiated, Ordering::SeqCst);
         self.max_readahead.store(max_readahead, Ordering::SeqCst);
+    }
+}
+
+impl UringInit {
+    /// The reply policy INIT settled.
+    pub fn policy(&self) -> crate::frontend::Policy {
+        crate::frontend::Policy {
+            killpriv_v2: self.killpriv_v2(),
+            direct_writes: self.direct_writes(),
+        }
     }
 }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::proto::{self, InHeader, Response};
-use super::Handler;
+use crate::frontend::proto::{self, InHeader, Response};
+use crate::frontend::Frontend;
 
 /// `FUSE_IO_URING_CMD_REGISTER`.
 const CMD_REGISTER: u32 = 1;
@@ -29,9 +29,9 @@ const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// `struct fuse_uring_req_header`: `in_out[128]`, `op_in[128]`, then
 /// `struct fuse_uring_ent_in_out` (flags, commit_id, payload_sz, padding,
 /// reserved).
-const HEADER_LEN: usize = 128 + 128 + 32;
+pub(crate) const HEADER_LEN: usize = 128 + 128 + 32;
 const OP_IN: usize = 128;
-const ENT_IN_OUT: usize = 256;
+pub(crate) const ENT_IN_OUT: usize = 256;
 
 /// How the queues run.
 #[derive(Clone, Debug)]
@@ -101,7 +101,7 @@ pub fn possible_cpus() -> usize {
 
 /// Starts the queue threads on `dev` (a /dev/fuse fd whose INIT negotiated
 /// `FUSE_OVER_IO_URING`).
-pub fn start(dev: OwnedFd, handler: Arc<dyn Handler>, cfg: &RingConfig) -> io::Result<Rings> {
+pub fn start(dev: OwnedFd, handler: Arc<Frontend>, cfg: &RingConfig) -> io::Result<Rings> {
     let dev = Arc::new(dev);
     let stats = Arc::new(RingStats::default());
     let queues = possible_cpus();
@@ -205,7 +205,7 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
 fn serve_queue(
     dev: &OwnedFd,
     qid: u16,
-    handler: &dyn Handler,
+    handler: &Frontend,
     cfg: &RingConfig,
     stats: &RingStats,
 ) -> io::Result<()> {
@@ -321,47 +321,41 @@ fn wait_one(
     }
 }
 
-/// Decodes the request in `ent`, lets `handler` answer it, writes the
-/// reply into the entry; returns the commit id.
-fn answer(ent: &mut Entry, handler: &dyn Handler) -> u64 {
-    let h = &ent.header;
+/// Decodes the request in `ent`, lets the front end answer it, writes
+/// the reply into the entry; returns the commit id.
+fn answer(ent: &mut Entry, fe: &Frontend) -> u64 {
+    answer_in(&mut ent.header[..], &mut ent.payload, fe)
+}
+
+/// [`answer`] on an entry's two buffers: `header` (a
+/// `fuse_uring_req_header`) and `payload` (the request's payload in, the
+/// reply's out).
+pub(crate) fn answer_in(header: &mut [u8], payload: &mut [u8], fe: &Frontend) -> u64 {
+    let h = &*header;
     let field = |at: usize, n: usize| {
         let mut b = [0u8; 8];
         b[..n].copy_from_slice(&h[at..at + n]);
         u64::from_le_bytes(b)
     };
     let commit_id = field(ENT_IN_OUT + 8, 8);
-    let payload_sz = (field(ENT_IN_OUT + 16, 4) as usize).min(ent.payload.len());
-    capture(&h[..], &ent.payload[..payload_sz]);
+    let payload_sz = (field(ENT_IN_OUT + 16, 4) as usize).min(payload.len());
+    capture(h, &payload[..payload_sz]);
     let resp = match InHeader::decode(&h[..proto::IN_HEADER_LEN]) {
-        Ok(hdr) => {
-            let op_in = &h[OP_IN..OP_IN + 128];
-            match proto::decode(&hdr, op_in, &ent.payload[..payload_sz]) {
-                Ok(req) => {
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        handler.handle(&hdr, req)
-                    }));
-                    r.unwrap_or_else(|_| {
-                        tracing::error!("FUSE request {} panicked", hdr.opcode);
-                        Response::Error(libc::EIO)
-                    })
-                }
-                Err(e) => {
-                    tracing::warn!("bad FUSE request: {e}");
-                    Response::Error(libc::EIO)
-                }
-            }
-        }
+        // A ring entry always commits a reply (the kernel sends FORGET
+        // and INTERRUPT through /dev/fuse, not here).
+        Ok(hdr) => fe
+            .answer(&hdr, &h[OP_IN..OP_IN + 128], &payload[..payload_sz])
+            .unwrap_or(Response::Empty),
         Err(e) => {
             tracing::warn!("bad FUSE header: {e}");
             Response::Error(libc::EIO)
         }
     };
-    let (error, len) = resp.encode(&mut ent.payload);
+    let (error, len) = resp.encode(payload);
     let out = proto::out_header(commit_id, error, len);
-    ent.header[..proto::OUT_HEADER_LEN].copy_from_slice(&out);
+    header[..proto::OUT_HEADER_LEN].copy_from_slice(&out);
     // struct fuse_uring_ent_in_out.payload_sz: what the reply carries.
-    ent.header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_le_bytes());
+    header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_le_bytes());
     commit_id
 }
 

@@ -1,48 +1,27 @@
-//! The io_uring transport's answers: each request becomes the same
-//! [`FileSystem`] call, with the same replies, as [`crate::fuse::FuseFs`]
-//! makes for fuser on /dev/fuse.
+//! The file system's [`Handler`]: each FUSE request becomes one
+//! [`FileSystem`] call, whichever transport brought it.
 
 use std::sync::Arc;
 
 use super::proto::{
     DirBuf, EntryOut, FuseAttr, InHeader, Request, Response, SetattrIn, StatfsOut, TimeOrNow,
-    WRITE_KILL_SUIDGID,
 };
-use super::Handler;
+use super::{Handler, Policy};
 use crate::error::Errno;
 use crate::filesystem::{Attr, Caller, FileSystem, Seek, SetAttr, SetTime};
 use crate::format::Ts;
-use crate::fuse::{open_reply_flags, TTL};
-use crate::opcount::{Op, OpCounts};
 
-/// Serves a [`FileSystem`] over the rings.
+/// Serves a [`FileSystem`] through the [`super::Frontend`].
 pub struct FsHandler {
     fs: Arc<FileSystem>,
     root: u64,
-    killpriv_v2: bool,
-    counts: Option<Arc<OpCounts>>,
-    direct_writes: bool,
 }
 
 impl FsHandler {
-    /// Answers for `fs`; `killpriv_v2` as INIT agreed (see `FuseFs`);
-    /// counts requests into `counts` as `Counted` does on /dev/fuse.
-    pub fn new(fs: Arc<FileSystem>, killpriv_v2: bool, counts: Option<Arc<OpCounts>>) -> Self {
+    /// Answers for `fs`.
+    pub fn new(fs: Arc<FileSystem>) -> Self {
         let root = fs.root();
-        FsHandler {
-            fs,
-            root,
-            killpriv_v2,
-            counts,
-            direct_writes: true,
-        }
-    }
-
-    /// Whether write-only opens bypass the kernel's page cache (on by
-    /// default), as [`crate::fuse::FuseFs::direct_writes`].
-    pub fn direct_writes(mut self, on: bool) -> Self {
-        self.direct_writes = on;
-        self
+        FsHandler { fs, root }
     }
 
     fn ino(&self, n: u64) -> u64 {
@@ -78,91 +57,25 @@ impl FsHandler {
         }
     }
 
-    fn entry_out(&self, a: &Attr) -> EntryOut {
-        EntryOut {
-            nodeid: self.fuse_ino(a.ino),
-            generation: a.generation,
-            valid: TTL.as_secs(),
-            attr: self.attr(a),
-        }
+    fn entry_out(&self, p: &Policy, a: &Attr) -> EntryOut {
+        p.entry(self.fuse_ino(a.ino), a.generation, self.attr(a))
     }
 
-    fn entry(&self, r: Result<Attr, Errno>) -> Response {
+    fn entry(&self, p: &Policy, r: Result<Attr, Errno>) -> Response {
         match r {
-            Ok(a) => Response::Entry(self.entry_out(&a)),
+            Ok(a) => Response::Entry(self.entry_out(p, &a)),
             Err(e) => Response::Error(e.0),
         }
     }
 
-    fn attr_reply(&self, r: Result<Attr, Errno>) -> Response {
+    fn attr_reply(&self, p: &Policy, r: Result<Attr, Errno>) -> Response {
         match r {
             Ok(a) => Response::Attr {
-                valid: TTL.as_secs(),
+                valid: p.valid(),
                 attr: self.attr(&a),
             },
             Err(e) => Response::Error(e.0),
         }
-    }
-
-    fn bump(&self, op: Op) {
-        if let Some(c) = &self.counts {
-            c.bump(op);
-        }
-    }
-
-    fn count(&self, req: &Request<'_>) {
-        let op = match req {
-            Request::Lookup { .. } => Op::Lookup,
-            Request::Forget { .. } | Request::BatchForget { .. } => Op::Forget,
-            Request::Getattr => Op::Getattr,
-            Request::Setattr(_) => Op::Setattr,
-            Request::Readlink => Op::Readlink,
-            Request::Symlink { .. } => Op::Symlink,
-            Request::Mknod { .. } => Op::Mknod,
-            Request::Mkdir { .. } => Op::Mkdir,
-            Request::Unlink { .. } => Op::Unlink,
-            Request::Rmdir { .. } => Op::Rmdir,
-            Request::Rename { .. } => Op::Rename,
-            Request::Link { .. } => Op::Link,
-            Request::Open { .. } => Op::Open,
-            Request::Read { .. } => Op::Read,
-            Request::Write { .. } => Op::Write,
-            Request::Statfs => Op::Statfs,
-            Request::Release { .. } => Op::Release,
-            Request::Fsync { .. } => Op::Fsync,
-            Request::Setxattr { .. } => Op::Setxattr,
-            Request::Getxattr { .. } => Op::Getxattr,
-            Request::Listxattr { .. } => Op::Listxattr,
-            Request::Removexattr { .. } => Op::Removexattr,
-            Request::Flush => Op::Flush,
-            Request::Opendir { .. } => Op::Opendir,
-            Request::Readdir { .. } => Op::Readdir,
-            Request::Readdirplus { .. } => Op::Readdirplus,
-            Request::Releasedir => Op::Releasedir,
-            Request::Fsyncdir { .. } => Op::Fsyncdir,
-            Request::Access { .. } => Op::Access,
-            Request::Create { .. } | Request::Tmpfile { .. } => Op::Create,
-            Request::Fallocate { .. } => Op::Fallocate,
-            Request::Lseek { .. } => Op::Lseek,
-            Request::Ioctl { .. } => Op::Ioctl,
-            Request::Destroy | Request::Unsupported(_) => return,
-        };
-        self.bump(op);
-    }
-
-    fn negative_entry() -> Response {
-        // A negative entry (node id 0) lets the kernel cache "no such
-        // name" too, as on /dev/fuse.
-        Response::Entry(EntryOut {
-            nodeid: 0,
-            generation: 0,
-            valid: TTL.as_secs(),
-            attr: FuseAttr {
-                mode: libc::S_IFREG,
-                blksize: 4096,
-                ..FuseAttr::default()
-            },
-        })
     }
 }
 
@@ -196,8 +109,7 @@ impl Handler for FsHandler {
     fn after_reply(&self) {
         self.fs.trim_if_due()
     }
-    fn handle(&self, h: &InHeader, req: Request<'_>) -> Response {
-        self.count(&req);
+    fn handle(&self, p: &Policy, h: &InHeader, req: Request<'_>) -> Response {
         let fs = &*self.fs;
         let ino = self.ino(h.nodeid);
         let who = Caller {
@@ -206,8 +118,8 @@ impl Handler for FsHandler {
         };
         match req {
             Request::Lookup { name } => match fs.lookup(ino, name) {
-                Err(Errno::ENOENT) => Self::negative_entry(),
-                r => self.entry(r),
+                Err(Errno::ENOENT) => p.negative_entry(),
+                r => self.entry(p, r),
             },
             Request::Forget { nlookup } => {
                 fs.forget(ino, nlookup);
@@ -219,21 +131,21 @@ impl Handler for FsHandler {
                 }
                 Response::Empty
             }
-            Request::Getattr => self.attr_reply(fs.getattr(ino)),
-            Request::Setattr(s) => self.setattr(ino, s),
+            Request::Getattr => self.attr_reply(p, fs.getattr(ino)),
+            Request::Setattr(s) => self.setattr(p, ino, s),
             Request::Readlink => match fs.readlink(ino) {
                 Ok(t) => Response::Data(t),
                 Err(e) => Response::Error(e.0),
             },
-            Request::Symlink { name, target } => self.entry(fs.symlink(ino, name, target, who)),
+            Request::Symlink { name, target } => self.entry(p, fs.symlink(ino, name, target, who)),
             Request::Mknod {
                 name,
                 mode,
                 umask,
                 rdev,
-            } => self.entry(fs.mknod(ino, name, mode & !umask, rdev, who)),
+            } => self.entry(p, fs.mknod(ino, name, mode & !umask, rdev, who)),
             Request::Mkdir { name, mode, umask } => {
-                self.entry(fs.mkdir(ino, name, mode & !umask, who))
+                self.entry(p, fs.mkdir(ino, name, mode & !umask, who))
             }
             Request::Unlink { name } => empty(fs.unlink(ino, name)),
             Request::Rmdir { name } => empty(fs.rmdir(ino, name)),
@@ -244,12 +156,12 @@ impl Handler for FsHandler {
                 flags,
             } => empty(fs.rename(ino, name, self.ino(newdir), newname, flags)),
             Request::Link { oldnodeid, name } => {
-                self.entry(fs.link(self.ino(oldnodeid), ino, name))
+                self.entry(p, fs.link(self.ino(oldnodeid), ino, name))
             }
             Request::Open { flags } => match fs.open(ino) {
                 Ok(_) => Response::Open {
                     fh: 0,
-                    flags: open_reply_flags(flags, self.direct_writes),
+                    flags: p.open_flags(flags),
                 },
                 Err(e) => Response::Error(e.0),
             },
@@ -262,13 +174,10 @@ impl Handler for FsHandler {
                 data,
                 write_flags,
                 ..
-            } => {
-                let kill = self.killpriv_v2 && write_flags & WRITE_KILL_SUIDGID != 0;
-                match fs.write_as(ino, offset, data, kill) {
-                    Ok(n) => Response::Written(n),
-                    Err(e) => Response::Error(e.0),
-                }
-            }
+            } => match fs.write_as(ino, offset, data, p.write_kills_suidgid(write_flags)) {
+                Ok(n) => Response::Written(n),
+                Err(e) => Response::Error(e.0),
+            },
             Request::Statfs => {
                 let s = fs.statfs();
                 Response::Statfs(StatfsOut {
@@ -297,8 +206,8 @@ impl Handler for FsHandler {
                 Ok(_) => Response::Error(libc::ENOTDIR),
                 Err(e) => Response::Error(e.0),
             },
-            Request::Readdir { offset, size } => self.readdir(ino, offset, size, false),
-            Request::Readdirplus { offset, size } => self.readdir(ino, offset, size, true),
+            Request::Readdir { offset, size } => self.readdir(p, ino, offset, size, false),
+            Request::Readdirplus { offset, size } => self.readdir(p, ino, offset, size, true),
             Request::Releasedir => Response::Empty,
             Request::Ioctl { cmd, data } => match fs.ioctl(who, cmd, data) {
                 Ok(out) => Response::Ioctl(out),
@@ -310,9 +219,9 @@ impl Handler for FsHandler {
                 mode,
                 umask,
                 flags,
-            } => self.created(fs.create(ino, name, mode & !umask, who), flags),
+            } => self.created(p, fs.create(ino, name, mode & !umask, who), flags),
             Request::Tmpfile { mode, umask, flags } => {
-                self.created(fs.tmpfile(ino, mode & !umask, who), flags)
+                self.created(p, fs.tmpfile(ino, mode & !umask, who), flags)
             }
             Request::Destroy => {
                 if let Err(e) = fs.close() {
@@ -345,7 +254,7 @@ impl Handler for FsHandler {
 }
 
 impl FsHandler {
-    fn setattr(&self, ino: u64, s: SetattrIn) -> Response {
+    fn setattr(&self, p: &Policy, ino: u64, s: SetattrIn) -> Response {
         let set = SetAttr {
             mode: s.mode,
             uid: s.uid,
@@ -353,27 +262,24 @@ impl FsHandler {
             size: s.size,
             atime: s.atime.map(set_time),
             mtime: s.mtime.map(set_time),
-            // The kernel says so itself here (FATTR_KILL_SUIDGID, for a
-            // caller without CAP_FSETID); fuser does not pass that flag on,
-            // so the /dev/fuse side infers it from the caller's uid.
-            kill_priv: self.killpriv_v2 && s.size.is_some() && s.mode.is_none() && s.kill_suidgid,
+            kill_priv: p.setattr_kills_priv(&s),
         };
-        self.attr_reply(self.fs.setattr(ino, set))
+        self.attr_reply(p, self.fs.setattr(ino, set))
     }
 
     /// The reply to CREATE or TMPFILE of a file opened with `open_flags`.
-    fn created(&self, r: Result<Attr, Errno>, open_flags: u32) -> Response {
+    fn created(&self, p: &Policy, r: Result<Attr, Errno>, open_flags: u32) -> Response {
         match r {
             Ok(a) => Response::Create {
-                entry: self.entry_out(&a),
+                entry: self.entry_out(p, &a),
                 fh: 0,
-                flags: open_reply_flags(open_flags, self.direct_writes),
+                flags: p.open_flags(open_flags),
             },
             Err(e) => Response::Error(e.0),
         }
     }
 
-    fn readdir(&self, dir: u64, offset: u64, size: u32, plus: bool) -> Response {
+    fn readdir(&self, p: &Policy, dir: u64, offset: u64, size: u32, plus: bool) -> Response {
         let fs = &*self.fs;
         let entries = match fs.readdir(dir, offset, if plus { 256 } else { 512 }) {
             Ok(e) => e,
@@ -391,7 +297,7 @@ impl FsHandler {
             let Ok(attr) = fs.getattr(e.ino) else {
                 continue;
             };
-            if !buf.add_plus(&self.entry_out(&attr), e.next, kind, &e.name) {
+            if !buf.add_plus(&self.entry_out(p, &attr), e.next, kind, &e.name) {
                 break;
             }
             // The kernel takes a reference to every entry but `.` and
@@ -405,5 +311,5 @@ impl FsHandler {
 }
 
 #[cfg(test)]
-#[path = "serve_tests.rs"]
+#[path = "handler_tests.rs"]
 mod tests;

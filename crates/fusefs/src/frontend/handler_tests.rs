@@ -1,18 +1,42 @@
-//! FsHandler's answers, in process: the replies a ring would carry.
+//! FsHandler's answers, in process: the replies either transport carries.
 
 use std::sync::Arc;
 
 use super::*;
+use crate::frontend::proto::{decode, opcode, InHeader, Request, Response};
 use crate::fuse::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE};
-use crate::uring::proto::{decode, opcode, InHeader, Request, Response};
 use crate::{mkfs, DirectStore, MkfsOptions};
 
-fn handler() -> (FsHandler, Arc<FileSystem>) {
+/// The handler under a policy, as the front end calls it.
+struct Under {
+    fsh: FsHandler,
+    p: Policy,
+}
+
+impl Under {
+    fn handle(&self, h: &InHeader, req: Request<'_>) -> Response {
+        self.fsh.handle(&self.p, h, req)
+    }
+
+    fn direct_writes(mut self, on: bool) -> Self {
+        self.p.direct_writes = on;
+        self
+    }
+}
+
+fn handler() -> (Under, Arc<FileSystem>) {
     let dev = Arc::new(ptsd_blockdev::MemDevice::new(4096, 4096).unwrap());
     let store = Arc::new(DirectStore::new(dev).unwrap());
     mkfs(&*store, &MkfsOptions::default()).unwrap();
     let fs = Arc::new(FileSystem::mount(store).unwrap());
-    (FsHandler::new(fs.clone(), true, None), fs)
+    let fsh = FsHandler::new(fs.clone());
+    (
+        Under {
+            fsh,
+            p: Policy::default(),
+        },
+        fs,
+    )
 }
 
 fn h(opcode: u32, nodeid: u64) -> InHeader {
@@ -90,7 +114,7 @@ fn create_write_read_lookup_unlink() {
 #[test]
 fn write_only_opens_are_direct() {
     let (fsh, _fs) = handler();
-    let create = |name: &'static [u8], flags: i32, fsh: &FsHandler| {
+    let create = |name: &'static [u8], flags: i32, fsh: &Under| {
         let r = fsh.handle(
             &h(opcode::CREATE, 1),
             Request::Create {
@@ -108,7 +132,7 @@ fn write_only_opens_are_direct() {
     let (ino, flags) = create(b"w", libc::O_WRONLY, &fsh);
     assert_eq!(flags, FOPEN_KEEP_CACHE | FOPEN_DIRECT_IO);
     assert_eq!(create(b"rw", libc::O_RDWR, &fsh).1, FOPEN_KEEP_CACHE);
-    let open = |flags: i32, fsh: &FsHandler| {
+    let open = |flags: i32, fsh: &Under| {
         let r = fsh.handle(
             &h(opcode::OPEN, ino),
             Request::Open {
@@ -157,6 +181,34 @@ fn any_write_drops_the_file_capability() {
     );
     assert_eq!(fs.getxattr(a.ino, b"user.keep").unwrap(), b"v");
     assert_eq!(fs.getattr(a.ino).unwrap().mode & 0o7777, 0o4755);
+}
+
+/// O_TMPFILE follows the rules of a named create: in a setgid directory
+/// the file gets the directory's group, and the mode the same umask.
+#[test]
+fn tmpfile_in_a_setgid_directory_takes_its_group_as_create_does() {
+    let (fsh, fs) = handler();
+    let d = fs
+        .mkdir(fs.root(), b"d", 0o2777, Caller { uid: 0, gid: 50 })
+        .unwrap();
+    assert_eq!(d.mode & libc::S_ISGID, libc::S_ISGID);
+    let t = Request::Tmpfile {
+        mode: libc::S_IFREG | 0o666,
+        umask: 0o022,
+        flags: 0,
+    };
+    let tmp = entry(fsh.handle(&h(opcode::TMPFILE, d.ino), t));
+    let c = Request::Create {
+        name: b"named",
+        mode: libc::S_IFREG | 0o666,
+        umask: 0o022,
+        flags: 0,
+    };
+    let named = entry(fsh.handle(&h(opcode::CREATE, d.ino), c));
+    assert_eq!((tmp.attr.uid, tmp.attr.gid), (1000, 50));
+    assert_eq!((named.attr.uid, named.attr.gid), (1000, 50));
+    assert_eq!(tmp.attr.mode, named.attr.mode);
+    assert_eq!(tmp.attr.mode, libc::S_IFREG | 0o644);
 }
 
 #[test]

@@ -1,13 +1,13 @@
 // Over 800 lines: the whole wire format (every request decoder and reply encoder) kept together, so each opcode's layout reads against fuse.h in one place.
-//! The FUSE wire format as the io_uring transport carries it: a typed
-//! decoder for requests and an encoder for replies.
+//! The FUSE wire format, one typed model for both transports: a decoder
+//! for requests and an encoder for replies.
 //!
-//! fuser's own protocol types are crate-private, so this is a small codec of
-//! its own, limited to the requests ptsd-fs answers. A ring entry splits a
-//! request in three: the `fuse_in_header`, the opcode's fixed-size argument
-//! struct (`op_in`, the kernel's first in-argument; empty for the opcodes
-//! whose first argument is a name) and the payload (names, write data).
-//! [`decode`] checks every length and never panics: bad input is a
+//! A request has three parts: the `fuse_in_header`, the opcode's
+//! fixed-size argument struct (`op_in`, the kernel's first in-argument;
+//! empty for the opcodes whose first argument is a name) and the payload
+//! (names, write data). A ring entry carries them apart; a read of
+//! /dev/fuse carries them back to back, and [`split`] cuts them apart
+//! there. [`decode`] checks every length and never panics: bad input is a
 //! [`DecodeError`], answered with EIO.
 
 use thiserror::Error;
@@ -54,6 +54,7 @@ pub mod opcode {
     pub const RELEASEDIR: u32 = 29;
     pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
+    pub const INTERRUPT: u32 = 36;
     pub const CREATE: u32 = 35;
     pub const DESTROY: u32 = 38;
     pub const IOCTL: u32 = 39;
@@ -295,6 +296,39 @@ pub enum Request<'a> {
     },
     /// An opcode ptsd-fs does not handle: answered ENOSYS.
     Unsupported(u32),
+}
+
+/// The size of `opcode`'s argument struct (`op_in`) in a /dev/fuse read,
+/// for protocol 7.23+ (what every kernel ptsd runs on speaks); 0 for the
+/// opcodes whose first argument is a name or that have none, and for the
+/// opcodes this codec does not know (their bytes all go to the payload).
+pub fn op_in_len(op: u32) -> usize {
+    use opcode::*;
+    match op {
+        FORGET | BATCH_FORGET | INTERRUPT => 8,
+        GETATTR => 16,
+        SETATTR => 88,
+        MKNOD | CREATE | TMPFILE => 16,
+        MKDIR | RENAME | LINK | OPEN | OPENDIR | GETXATTR | LISTXATTR | ACCESS => 8,
+        SETXATTR => 8,
+        RENAME2 | FSYNC | FSYNCDIR => 16,
+        READ | WRITE | READDIR | READDIRPLUS => 40,
+        RELEASE | RELEASEDIR | FLUSH | LSEEK => 24,
+        FALLOCATE | IOCTL => 32,
+        _ => 0,
+    }
+}
+
+/// Splits one request as a /dev/fuse read returns it (`fuse_in_header`,
+/// argument struct, payload, back to back) into its header and the two
+/// parts [`decode`] takes. A read shorter than the argument struct gives
+/// a short `op_in`, which [`decode`] refuses.
+pub fn split(buf: &[u8]) -> Result<(InHeader, &[u8], &[u8]), DecodeError> {
+    let h = InHeader::decode(buf)?;
+    let end = (h.len as usize).clamp(IN_HEADER_LEN, buf.len());
+    let body = &buf[IN_HEADER_LEN..end];
+    let (op_in, payload) = body.split_at(op_in_len(h.opcode).min(body.len()));
+    Ok((h, op_in, payload))
 }
 
 /// Decodes one request from its three parts (see the module doc).
