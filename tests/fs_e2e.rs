@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1588,10 +1588,8 @@ on_both_transports!(
     symlink_targets_up_to_4095_bytes,
 );
 
-/// O_TMPFILE then linkat, as systemd and databases use them. Over io_uring
-/// ptsd's own codec handles FUSE_TMPFILE; fuser 0.18 answers every opcode
-/// it does not know with ENOSYS before the file system sees it, so the
-/// classic transport says EOPNOTSUPP (the kernel's word after ENOSYS).
+/// O_TMPFILE then linkat, as systemd and databases use them: the same
+/// handler answers FUSE_TMPFILE on both transports.
 fn o_tmpfile_then_linkat(t: Transport) {
     require_fuse!();
     require_transport!(t);
@@ -1599,12 +1597,6 @@ fn o_tmpfile_then_linkat(t: Transport) {
     let dir = cstr(&m.dir);
     // SAFETY: `dir` is a NUL-terminated path; the mode is passed as O_TMPFILE requires.
     let fd = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o640) };
-    if t == Transport::Classic {
-        assert_eq!(fd, -1);
-        assert_eq!(errno_of(fd), libc::EOPNOTSUPP);
-        m.umount();
-        return;
-    }
     assert!(fd >= 0, "O_TMPFILE: {}", std::io::Error::last_os_error());
     // SAFETY: fd is ours, open; from here the File owns it.
     let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
@@ -1646,6 +1638,57 @@ fn o_tmpfile_then_linkat(t: Transport) {
 }
 
 on_both_transports!(o_tmpfile_then_linkat,);
+
+/// An O_TMPFILE file in a setgid directory (with a default ACL set where
+/// the mount takes one) gets what a named file created there gets: the
+/// directory's group and the same mode, on either transport.
+fn o_tmpfile_in_a_setgid_directory_is_made_as_create_makes_files(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &[]);
+    let d = m.p("shared");
+    std::fs::create_dir(&d).unwrap();
+    std::os::unix::fs::chown(&d, None, Some(4242)).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o2777)).unwrap();
+    // A default ACL (user::rwx group::r-x other::---): stored where the
+    // mount takes it, refused (EOPNOTSUPP) where it does not; either way
+    // both files are made under the same rules.
+    let acl: [u8; 28] = [
+        2, 0, 0, 0, 1, 0, 7, 0, 0xff, 0xff, 0xff, 0xff, 4, 0, 5, 0, 0xff, 0xff, 0xff, 0xff, 0x20,
+        0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+    ];
+    let dc = cstr(&d);
+    // SAFETY: NUL-terminated path and name; `acl` is valid for its length.
+    unsafe {
+        libc::setxattr(
+            dc.as_ptr(),
+            c"system.posix_acl_default".as_ptr(),
+            acl.as_ptr().cast(),
+            acl.len(),
+            0,
+        )
+    };
+    // SAFETY: `dc` is a NUL-terminated path; O_TMPFILE takes a mode.
+    let fd = unsafe { libc::open(dc.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o666) };
+    assert!(fd >= 0, "O_TMPFILE: {}", std::io::Error::last_os_error());
+    // SAFETY: fd is ours, open; from here the File owns it.
+    let tmp = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let named = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o666)
+        .open(d.join("named"))
+        .unwrap();
+    let (a, b) = (tmp.metadata().unwrap(), named.metadata().unwrap());
+    assert_eq!(a.gid(), 4242, "O_TMPFILE's group");
+    assert_eq!(b.gid(), 4242, "a named file's group");
+    assert_eq!(a.mode(), b.mode(), "O_TMPFILE's mode against create's");
+    drop((tmp, named));
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(o_tmpfile_in_a_setgid_directory_is_made_as_create_makes_files,);
 
 /// The polling mode of the io_uring transport serves the same operations.
 #[test]
