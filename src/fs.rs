@@ -386,7 +386,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     let pidf = pid_file(&a.dir);
     let handler = Arc::new(FsHandler::new(stack.fs().clone()));
     let mut notify_err = notify.take();
-    let mut announce = |served: &frontend::Served| {
+    let announce = |served: &frontend::Served| {
         // From a thread, without a request to the mount.
         ptsd_fs::fuse::raise_readahead(&a.dir);
         if let Some(parent) = pidf.parent() {
@@ -414,8 +414,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     // queues ended: a new mount that meets our locks during the close
     // below sees we no longer serve and waits for them instead of
     // refusing, and nothing is still in the file system when it closes.
-    let res = frontend::serve(&a.dir, opts, handler, &mut announce).map_err(anyhow::Error::from);
-    drop(announce);
+    let res = frontend::serve(&a.dir, opts, handler, announce).map_err(anyhow::Error::from);
     if let (Err(e), Some(mut w)) = (&res, notify_err.take()) {
         let _ = write!(w, "{}", crate::out::error_line(e));
     }

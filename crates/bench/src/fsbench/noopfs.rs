@@ -8,7 +8,7 @@
 //! same reply policy (entry and attribute validity, negative entries,
 //! open flags), so ceiling and subject get the same requests by
 //! construction; only its [`Handler`](ptsd_fs::frontend::Handler)
-//! ([`handler`]) is its own. It answers FLUSH with ENOSYS (the kernel
+//! (`noopfs/handler.rs`) is its own. It answers FLUSH with ENOSYS (the kernel
 //! then stops sending it) and getxattr with ENODATA, as ptsd-fs does. Its
 //! state is sharded by inode (no global lock) and every reply is sent
 //! after the shard lock is released, so one slow reply never holds up

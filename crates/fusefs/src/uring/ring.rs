@@ -116,7 +116,7 @@ pub fn start(dev: OwnedFd, handler: Arc<Frontend>, cfg: &RingConfig) -> io::Resu
                     // On its queue's CPU, polling or not: unpinned spinning
                     // queue threads measured worse (docs/results.md).
                     pin_to(qid);
-                    if let Err(e) = serve_queue(&dev, qid as u16, &*handler, &cfg, &stats) {
+                    if let Err(e) = serve_queue(&dev, qid as u16, &handler, &cfg, &stats) {
                         tracing::error!("FUSE io_uring queue {qid}: {e}");
                     }
                 })?;
