@@ -44,6 +44,7 @@ mod seek;
 mod symlink;
 mod tmpfile;
 mod trim;
+mod undo;
 mod xattr;
 
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};

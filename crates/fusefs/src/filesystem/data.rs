@@ -1,5 +1,6 @@
 //! File data: read, write, truncate (setattr), fallocate.
 
+use super::undo::undo_on_error;
 use super::{ext_slack, put_inode, Attr, FileSystem, Inode, SetAttr, SetTime, Writes};
 use super::{BS, MAX_FILE_SIZE, S_IFMT, S_IFREG};
 use crate::error::Errno;
@@ -70,6 +71,17 @@ impl FileSystem {
     ) -> Result<u32, Errno> {
         self.writable()?;
         let mut g = self.lock(ino)?;
+        undo_on_error(&mut g, |g| self.write_locked(g, offset, data, kill_priv))
+    }
+
+    fn write_locked(
+        &self,
+        g: &mut Inode,
+        offset: u64,
+        data: &[u8],
+        kill_priv: bool,
+    ) -> Result<u32, Errno> {
+        let ino = g.d.ino;
         if g.is_dir() {
             return Err(Errno::EISDIR);
         }
@@ -108,7 +120,7 @@ impl FileSystem {
         } + converts;
         let need = missing
             + if added_runs > 0 {
-                ext_slack(&g, added_runs.max(missing as usize))
+                ext_slack(g, added_runs.max(missing as usize))
             } else {
                 0
             };
@@ -205,14 +217,14 @@ impl FileSystem {
         g.d.mtime = now;
         g.d.ctime = now;
         if kill_priv {
-            self.kill_priv(&mut g, &mut w)?;
+            self.kill_priv(g, &mut w)?;
         } else {
             // Any write drops the file capability, privileged or not. The
             // kernel does it before a page-cache write; a direct one
             // (`FOPEN_DIRECT_IO`) reaches us without it.
-            self.drop_capability(&mut g, &mut w)?;
+            self.drop_capability(g, &mut w)?;
         }
-        put_inode(&mut g, ctx.as_mut(), &mut w)?;
+        put_inode(g, ctx.as_mut(), &mut w)?;
         if !ordered.is_empty() {
             self.sync_frees()?;
         }
@@ -313,6 +325,10 @@ impl FileSystem {
     pub fn setattr(&self, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
         self.writable()?;
         let mut g = self.lock(ino)?;
+        undo_on_error(&mut g, |g| self.setattr_locked(g, set))
+    }
+
+    fn setattr_locked(&self, g: &mut Inode, set: SetAttr) -> Result<Attr, Errno> {
         let now = Ts::now();
         let mut w = Writes::new();
         let mut ctx = None;
@@ -329,7 +345,7 @@ impl FileSystem {
                 let lock = [frees.clone(), g.chain.runs()].concat();
                 let mut c = self.alloc.prepare(0, 0, &lock)?;
                 if size % BS != 0 {
-                    self.zero_partial(&g, size, (size / BS + 1) * BS, &mut w)?;
+                    self.zero_partial(g, size, (size / BS + 1) * BS, &mut w)?;
                 }
                 g.ext.punch(keep_blocks, u64::MAX - keep_blocks);
                 for (s, l) in frees {
@@ -339,7 +355,7 @@ impl FileSystem {
             } else if size > g.d.size && g.d.size % BS != 0 {
                 // Bytes between the old EOF and the block end must read as zero.
                 let old = g.d.size;
-                self.zero_partial(&g, old, (old / BS + 1) * BS, &mut w)?;
+                self.zero_partial(g, old, (old / BS + 1) * BS, &mut w)?;
             }
             if size != g.d.size {
                 g.d.size = size;
@@ -350,7 +366,7 @@ impl FileSystem {
         // for root); a truncate does when the caller is unprivileged.
         let chown = set.uid.is_some() || set.gid.is_some();
         if chown || (set.size.is_some() && set.kill_priv) {
-            self.kill_priv(&mut g, &mut w)?;
+            self.kill_priv(g, &mut w)?;
         }
         if let Some(uid) = set.uid {
             g.d.uid = uid;
@@ -372,7 +388,7 @@ impl FileSystem {
             g.d.mtime = resolve(t);
         }
         g.d.ctime = now;
-        put_inode(&mut g, ctx.as_mut(), &mut w)?;
+        put_inode(g, ctx.as_mut(), &mut w)?;
         self.commit(w, ctx)?;
         Ok(g.attr())
     }
@@ -401,6 +417,21 @@ impl FileSystem {
             return Err(Errno::EFBIG);
         }
         let mut g = self.lock(ino)?;
+        undo_on_error(&mut g, |g| self.fallocate_locked(g, offset, length, mode))
+    }
+
+    fn fallocate_locked(
+        &self,
+        g: &mut Inode,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        let ino = g.d.ino;
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        let end = offset + length;
         if g.is_dir() {
             return Err(Errno::EISDIR);
         }
@@ -421,10 +452,15 @@ impl FileSystem {
                 Vec::new()
             };
             let realloc = if zero { whole } else { 0 };
-            let slack = if realloc > 0 {
-                ext_slack(&g, realloc.min(64) as usize + 2)
-            } else {
-                0
+            // Unmapping the middle of a run splits it: one more extent,
+            // which may need one more chain block even for a plain punch
+            // (without it, a punch failed with ENOSPC once the list
+            // outgrew the inode, issue 45 §5); zero range then maps the
+            // range again in as many runs as the free space gives.
+            let slack = match (whole, zero) {
+                (0, _) => 0,
+                (_, false) => ext_slack(g, 1),
+                (_, true) => ext_slack(g, realloc.min(64) as usize + 2),
             };
             let lock = [frees.clone(), g.chain.runs()].concat();
             let mut ctx = self.alloc.prepare(
@@ -435,10 +471,10 @@ impl FileSystem {
             if first_whole * BS > offset || whole == 0 {
                 let a = offset;
                 let b = end.min((offset / BS + 1) * BS);
-                self.zero_partial(&g, a, b, &mut w)?;
+                self.zero_partial(g, a, b, &mut w)?;
             }
             if end_whole * BS < end && end_whole >= first_whole && end_whole * BS >= offset {
-                self.zero_partial(&g, end_whole * BS, end, &mut w)?;
+                self.zero_partial(g, end_whole * BS, end, &mut w)?;
             }
             if whole > 0 {
                 g.ext.punch(first_whole, whole);
@@ -465,7 +501,7 @@ impl FileSystem {
             }
             g.d.mtime = now;
             g.d.ctime = now;
-            put_inode(&mut g, Some(&mut ctx), &mut w)?;
+            put_inode(g, Some(&mut ctx), &mut w)?;
             return self.commit(w, Some(ctx));
         }
         // Preallocate unwritten blocks in the holes.
@@ -485,7 +521,7 @@ impl FileSystem {
         }
         let missing: u64 = holes.iter().map(|h| h.1).sum();
         let slack = if missing > 0 {
-            ext_slack(&g, holes.len() + 64)
+            ext_slack(g, holes.len() + 64)
         } else {
             0
         };
@@ -512,7 +548,7 @@ impl FileSystem {
             g.d.size = end;
         }
         g.d.ctime = now;
-        put_inode(&mut g, Some(&mut ctx), &mut w)?;
+        put_inode(g, Some(&mut ctx), &mut w)?;
         self.commit(w, Some(ctx))
     }
 }
