@@ -149,6 +149,13 @@ impl ExtentMap {
         self.runs.len()
     }
 
+    /// The file block after the last mapped one (0 if none).
+    pub fn end(&self) -> u64 {
+        self.runs
+            .last_key_value()
+            .map_or(0, |(&s, &(_, len, _))| s + u64::from(len))
+    }
+
     /// Mapped blocks.
     pub fn mapped_blocks(&self) -> u64 {
         self.mapped

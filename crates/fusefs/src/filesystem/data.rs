@@ -394,9 +394,26 @@ impl FileSystem {
     }
 
     /// Preallocate (mode 0 or `FALLOC_FL_KEEP_SIZE`), punch a hole
-    /// (`PUNCH_HOLE|KEEP_SIZE`) or zero a range (`ZERO_RANGE`).
+    /// (`PUNCH_HOLE|KEEP_SIZE`), zero a range (`ZERO_RANGE`), or remove or
+    /// open a gap of whole blocks (`COLLAPSE_RANGE`, `INSERT_RANGE`, with
+    /// ext4's rules: block-aligned, EINVAL for a collapse reaching EOF or
+    /// an insert at or past it).
     pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
         self.writable()?;
+        let shift = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
+        if mode & shift != 0 {
+            // As the VFS and ext4: either mode alone, on whole blocks.
+            if mode & !shift != 0 || mode == shift {
+                return Err(Errno::EINVAL);
+            }
+            if length == 0 || offset % BS != 0 || length % BS != 0 {
+                return Err(Errno::EINVAL);
+            }
+            offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            let collapse = mode == libc::FALLOC_FL_COLLAPSE_RANGE;
+            let mut g = self.lock(ino)?;
+            return undo_on_error(&mut g, |g| self.shift_range(g, offset, length, collapse));
+        }
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
@@ -547,6 +564,69 @@ impl FileSystem {
         if !keep && end > g.d.size {
             g.d.size = end;
         }
+        g.d.ctime = now;
+        put_inode(g, Some(&mut ctx), &mut w)?;
+        self.commit(w, Some(ctx))
+    }
+
+    /// `COLLAPSE_RANGE` (`collapse`: remove `[offset, offset+length)` and
+    /// move the rest of the file down) or `INSERT_RANGE` (move everything
+    /// from `offset` up, leaving a hole): the extent map's keys shift, no
+    /// data moves.
+    fn shift_range(
+        &self,
+        g: &mut Inode,
+        offset: u64,
+        length: u64,
+        collapse: bool,
+    ) -> Result<(), Errno> {
+        if g.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if g.d.mode & S_IFMT != S_IFREG {
+            return Err(Errno(libc::ENODEV));
+        }
+        let (first, count) = (offset / BS, length / BS);
+        let size = g.d.size;
+        let mut w = Writes::new();
+        let (frees, ctx) = if collapse {
+            if offset + length >= size {
+                return Err(Errno::EINVAL);
+            }
+            let frees = Self::runs_in(&g.ext, first, count);
+            let lock = [frees.clone(), g.chain.runs()].concat();
+            // Cutting a run at both ends of the range makes one more.
+            let ctx = self.alloc.prepare(ext_slack(g, 1), g.d.ino + 1, &lock)?;
+            (frees, ctx)
+        } else {
+            if offset >= size {
+                return Err(Errno::EINVAL);
+            }
+            // Blocks mapped past EOF (fallocate KEEP_SIZE) move too.
+            let top = g.ext.end();
+            if size + length > MAX_FILE_SIZE || top + count > MAX_FILE_SIZE / BS {
+                return Err(Errno::EFBIG);
+            }
+            // Splitting the run at `offset` makes one more.
+            let ctx = self
+                .alloc
+                .prepare(ext_slack(g, 1), g.d.ino + 1, &g.chain.runs())?;
+            (Vec::new(), ctx)
+        };
+        let mut ctx = ctx;
+        if collapse {
+            g.ext.punch(first, count);
+            for (s, l) in frees {
+                ctx.free(s, l)?;
+            }
+            g.ext.shift(first + count, count, true);
+            g.d.size = size - length;
+        } else {
+            g.ext.shift(first, count, false);
+            g.d.size = size + length;
+        }
+        let now = Ts::now();
+        g.d.mtime = now;
         g.d.ctime = now;
         put_inode(g, Some(&mut ctx), &mut w)?;
         self.commit(w, Some(ctx))
