@@ -5,7 +5,7 @@ use super::{ext_slack, put_inode, Attr, FileSystem, Inode, SetAttr, SetTime, Wri
 use super::{BS, MAX_FILE_SIZE, S_IFMT, S_IFREG};
 use crate::error::Errno;
 use crate::extent::ExtentMap;
-use crate::format::{encode_xattrs, Ts, BLOCK_SIZE};
+use crate::format::{Ts, BLOCK_SIZE};
 use std::sync::atomic::Ordering;
 
 impl FileSystem {
@@ -271,22 +271,18 @@ impl FileSystem {
     }
 
     /// Removes the `security.capability` xattr, if any; adds the xattr
-    /// block to `w` if it changed.
+    /// blocks to `w` if they changed (a removal never needs more).
     fn drop_capability(&self, g: &mut Inode, w: &mut Writes) -> Result<(), Errno> {
         if g.d.xattr_blk == 0 {
             return Ok(());
         }
         self.ensure_xattrs(g)?;
-        let map = g.xattrs.as_mut().ok_or(Errno::EIO)?;
-        if map.remove(&b"security.capability"[..]).is_some() {
+        let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
+        if map.contains_key(&b"security.capability"[..]) {
+            let mut map = map.clone();
+            map.remove(&b"security.capability"[..]);
             g.d.ctime = Ts::now();
-            w.insert(
-                g.d.xattr_blk,
-                encode_xattrs(
-                    g.d.ino,
-                    map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-                ),
-            );
+            self.store_xattrs(g, map, None, w)?;
         }
         Ok(())
     }

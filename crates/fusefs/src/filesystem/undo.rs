@@ -13,16 +13,17 @@ use super::Inode;
 use crate::error::Errno;
 
 /// Run `f` on `g`; if it fails, put back every in-memory change it made
-/// to `g` (the extent map through its undo log, the rest from copies,
-/// which are small: the inode's fields, the chain's block list, and the
-/// xattrs only if the file has some).
+/// to `g`: the extent map through its undo log, the rest from copies,
+/// which are small (the inode's fields, the chains' block lists). The
+/// xattrs are dropped instead, to be read again from their blocks, which
+/// hold what the last finished operation stored.
 pub(super) fn undo_on_error<T>(
     g: &mut Inode,
     f: impl FnOnce(&mut Inode) -> Result<T, Errno>,
 ) -> Result<T, Errno> {
     let d = g.d.clone();
     let chain = g.chain.clone();
-    let xattrs = (g.d.xattr_blk != 0).then(|| g.xattrs.clone());
+    let xattr_more = g.xattr_more.clone();
     let cp = g.ext.checkpoint();
     let res = f(g);
     if res.is_ok() {
@@ -31,9 +32,8 @@ pub(super) fn undo_on_error<T>(
         g.ext.rollback(cp);
         g.d = d;
         g.chain = chain;
-        if let Some(x) = xattrs {
-            g.xattrs = x;
-        }
+        g.xattr_more = xattr_more;
+        g.xattrs = None;
     }
     res
 }
