@@ -124,11 +124,14 @@ pub fn decode_xattr_chain_block(
     Ok((get_u64(b, 16), out))
 }
 
+/// One block's entries: (name, value).
+type BlockEntries<'a> = Vec<(&'a [u8], &'a [u8])>;
+
 /// The entries of `attrs` (in order) block by block, each block's list
 /// filling at most [`XATTR_CHAIN_SPACE`] bytes; `None` if an entry is
 /// larger than a block.
-fn pack(attrs: &BTreeMap<Vec<u8>, Vec<u8>>) -> Option<Vec<Vec<(&[u8], &[u8])>>> {
-    let mut blocks: Vec<Vec<(&[u8], &[u8])>> = Vec::new();
+fn pack(attrs: &BTreeMap<Vec<u8>, Vec<u8>>) -> Option<Vec<BlockEntries<'_>>> {
+    let mut blocks: Vec<BlockEntries<'_>> = Vec::new();
     let mut used = XATTR_CHAIN_SPACE;
     for (k, v) in attrs {
         let size = xattr_size(k.len(), v.len());
