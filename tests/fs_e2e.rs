@@ -1693,6 +1693,35 @@ fn fstrim_discards_free_space(t: Transport) {
 
 on_both_transports!(fstrim_discards_free_space,);
 
+/// Issue 45 §10: FITRIM refuses, as ext4 does, a range that starts past
+/// the end, and one of no length or under a block: `fstrim` reports
+/// EINVAL ("Invalid argument").
+fn fstrim_refuses_invalid_ranges(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    if Command::new("fstrim").arg("--version").output().is_err() {
+        eprintln!("SKIP: no fstrim (util-linux)");
+        return;
+    }
+    let mut m = Mounted::on(t, "64M", &[]);
+    for args in [["-o", "1G"], ["-l", "0"], ["-l", "4095"]] {
+        let out = Command::new("fstrim")
+            .args(args)
+            .arg(&m.dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !out.status.success() && err.contains("Invalid argument"),
+            "fstrim {args:?}: {err}"
+        );
+    }
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(fstrim_refuses_invalid_ranges,);
+
 /// Write-only opens bypass the page cache (`-o direct_writes`, the
 /// default): a reader holding the file open with cached pages sees each
 /// write made through another, write-only descriptor, in place and past
