@@ -1736,6 +1736,93 @@ fn fstrim_discards_free_space(t: Transport) {
 
 on_both_transports!(fstrim_discards_free_space,);
 
+/// Issue 45 §10: FITRIM refuses, as ext4 does, a range that starts past
+/// the end, and one of no length or under a block: `fstrim` reports
+/// EINVAL ("Invalid argument").
+fn fstrim_refuses_invalid_ranges(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    if Command::new("fstrim").arg("--version").output().is_err() {
+        eprintln!("SKIP: no fstrim (util-linux)");
+        return;
+    }
+    let mut m = Mounted::on(t, "64M", &[]);
+    for args in [["-o", "1G"], ["-l", "0"], ["-l", "4095"]] {
+        let out = Command::new("fstrim")
+            .args(args)
+            .arg(&m.dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !out.status.success() && err.contains("Invalid argument"),
+            "fstrim {args:?}: {err}"
+        );
+    }
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(fstrim_refuses_invalid_ranges,);
+
+/// Issue 45 §1 and §5 as reported, through the kernel: punch every other
+/// 4 KiB block of a 16 MiB file (2 048 extents: the inode holds 247),
+/// zero-range the whole file, unmount: every punch succeeds and
+/// `ptsd fsck` is clean. And §10: 1 000 small xattrs on one file (ENOSPC
+/// at the 142nd before) read back after a remount.
+fn many_extents_and_xattrs_through_the_kernel(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "256M", &[]);
+    let size = 16u64 << 20;
+    std::fs::write(m.p("f"), vec![0x5au8; size as usize]).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.p("f"))
+        .unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    for off in (4096..size as i64).step_by(8192) {
+        // SAFETY: valid fd.
+        let r = unsafe { libc::fallocate(fd, punch, off, 4096) };
+        assert_eq!(r, 0, "punch at {off}: {}", std::io::Error::last_os_error());
+    }
+    let back = std::fs::read(m.p("f")).unwrap();
+    for (i, chunk) in back.chunks(4096).enumerate() {
+        let want = if i % 2 == 1 { 0 } else { 0x5a };
+        assert!(chunk.iter().all(|&b| b == want), "block {i}");
+    }
+    // SAFETY: valid fd.
+    let r = unsafe { libc::fallocate(fd, libc::FALLOC_FL_ZERO_RANGE, 0, size as i64) };
+    assert_eq!(r, 0, "zero range: {}", std::io::Error::last_os_error());
+    drop(f);
+    let x = cstr(&m.p("f"));
+    for i in 0..1000 {
+        let (n, v) = (
+            CString::new(format!("user.attr{i:04}")).unwrap(),
+            format!("v{i}"),
+        );
+        // SAFETY: valid pointers and lengths.
+        let r = unsafe { libc::setxattr(x.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+        assert_eq!(r, 0, "xattr {i}: {}", std::io::Error::last_os_error());
+    }
+    m.umount();
+    m.fsck();
+    m.mount();
+    assert_eq!(std::fs::read(m.p("f")).unwrap(), vec![0u8; size as usize]);
+    let x = cstr(&m.p("f"));
+    let n = CString::new("user.attr0999").unwrap();
+    let mut vbuf = [0u8; 16];
+    // SAFETY: valid pointers; vbuf has 16 bytes.
+    let got = unsafe { libc::getxattr(x.as_ptr(), n.as_ptr(), vbuf.as_mut_ptr().cast(), 16) };
+    assert_eq!(&vbuf[..got.max(0) as usize], b"v999");
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(many_extents_and_xattrs_through_the_kernel,);
+
 /// Write-only opens bypass the page cache (`-o direct_writes`, the
 /// default): a reader holding the file open with cached pages sees each
 /// write made through another, write-only descriptor, in place and past

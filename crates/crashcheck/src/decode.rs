@@ -1,8 +1,9 @@
 //! `decode`: arbitrary bytes where the stack decodes on-media structures.
 //!
 //! - Raw decoders of ptsd-fs (superblock, inode, directory block, extent
-//!   overflow block, xattr block) on fuzzed blocks whose magic and crc are
-//!   optionally made right, so the field checks behind them are reached.
+//!   overflow block, xattr block, xattr chain block) on fuzzed blocks
+//!   whose magic and crc are optionally made right, so the field checks
+//!   behind them are reached.
 //! - A valid journal region with fuzzed bytes in its superblock, slots and
 //!   commit records, opened (recovered).
 //! - A valid FTL image with a fuzzed header (crc made right), opened.
@@ -16,7 +17,10 @@
 use std::sync::{Arc, OnceLock};
 
 use ptsd_blockdev::{BlockDevice, MemDevice};
-use ptsd_fs::format::{decode_dir_block, decode_overflow, decode_xattrs, DiskInode, Superblock};
+use ptsd_fs::format::{
+    decode_dir_block, decode_overflow, decode_xattr_chain_block, decode_xattrs, DiskInode,
+    Superblock,
+};
 use ptsd_fs::{fsck, mkfs, Caller, DirectStore, FileSystem, MkfsOptions, Store};
 use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig, Persist};
 
@@ -61,7 +65,7 @@ fn block(inp: &mut Input<'_>, magic: &[u8], crc_at: usize) -> Vec<u8> {
 
 /// The valid file-system image the image cases start from: a few
 /// directories, files with data and xattrs, a symlink, a file with many
-/// extents (overflow blocks).
+/// extents (overflow blocks) and a chain of xattr blocks.
 fn base_fs() -> &'static Vec<Vec<u8>> {
     static BASE: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     BASE.get_or_init(|| {
@@ -85,6 +89,12 @@ fn base_fs() -> &'static Vec<Vec<u8>> {
         for k in 0..300u64 {
             fs.write(big.ino, k * 2 * BS as u64, &[k as u8; 100])
                 .expect("write");
+        }
+        // More xattrs than one block holds: a chain of xattr blocks.
+        for k in 0..300u32 {
+            let name = format!("user.many.{k:04}");
+            fs.setxattr(big.ino, name.as_bytes(), &k.to_le_bytes(), 0)
+                .expect("xattr");
         }
         fs.release(big.ino).expect("release");
         fs.symlink(root, b"s", b"d/f0", me).expect("symlink");
@@ -287,6 +297,10 @@ pub fn run(data: &[u8]) -> CheckResult {
         3 => {
             let b = block(&mut inp, b"PTEX", 4);
             let _ = decode_overflow(&b, 7, u64::from(inp.u16()));
+        }
+        4 if inp.bool() => {
+            let b = block(&mut inp, b"PTXC", 4);
+            let _ = decode_xattr_chain_block(&b, 7, u64::from(inp.u16()));
         }
         4 => {
             let b = block(&mut inp, b"PTXA", 4);

@@ -358,6 +358,7 @@ mod tests {
             rdev: 0,
             flags: 0,
             xattr_blk: 0,
+            xattr_blocks: 0,
             parent: 0,
             nextents: 0,
             overflow: 0,

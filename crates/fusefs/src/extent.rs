@@ -15,6 +15,24 @@ pub struct ExtentMap {
     /// Every run starting below this is as last marked clean (`None`: no
     /// change since), so a writer re-encodes only the tail of a long list.
     dirty_from: Option<u64>,
+    /// While an operation may still fail: what each change replaced, to
+    /// put back (see [`Checkpoint`]).
+    undo: Option<Vec<(u64, Option<Run>)>>,
+}
+
+/// A run as kept: device block, length, unwritten.
+type Run = (u64, u32, bool);
+
+/// The state of an [`ExtentMap`] when [`ExtentMap::checkpoint`] was taken:
+/// [`ExtentMap::rollback`] returns to it in time proportional to the
+/// changes made since, not to the map's size (a file may have millions of
+/// runs, and every write takes a checkpoint).
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a checkpoint is rolled back to or released"]
+pub struct Checkpoint {
+    mapped: u64,
+    version: u64,
+    dirty_from: Option<u64>,
 }
 
 impl ExtentMap {
@@ -57,6 +75,52 @@ impl ExtentMap {
         self.dirty_from = None;
     }
 
+    /// Start recording changes, so that [`rollback`](Self::rollback) can
+    /// undo them (one checkpoint at a time: a second replaces the first).
+    pub fn checkpoint(&mut self) -> Checkpoint {
+        self.undo = Some(Vec::new());
+        Checkpoint {
+            mapped: self.mapped,
+            version: self.version,
+            dirty_from: self.dirty_from,
+        }
+    }
+
+    /// Keep the changes since `cp` and stop recording.
+    pub fn release(&mut self, cp: Checkpoint) {
+        let _ = cp;
+        self.undo = None;
+    }
+
+    /// Undo every change since `cp` (the map, its version and what is
+    /// marked dirty are as they were) and stop recording.
+    pub fn rollback(&mut self, cp: Checkpoint) {
+        for (k, old) in self.undo.take().unwrap_or_default().into_iter().rev() {
+            match old {
+                Some(v) => self.runs.insert(k, v),
+                None => self.runs.remove(&k),
+            };
+        }
+        self.mapped = cp.mapped;
+        self.version = cp.version;
+        self.dirty_from = cp.dirty_from;
+    }
+
+    fn set(&mut self, k: u64, v: Run) {
+        let old = self.runs.insert(k, v);
+        if let Some(u) = &mut self.undo {
+            u.push((k, old));
+        }
+    }
+
+    fn del(&mut self, k: u64) -> Option<Run> {
+        let old = self.runs.remove(&k);
+        if let (Some(u), Some(_)) = (&mut self.undo, old) {
+            u.push((k, old));
+        }
+        old
+    }
+
     fn touch(&mut self, lblk: u64) {
         // The run holding `lblk` (or the one before it) may split or merge.
         let start = self
@@ -83,6 +147,13 @@ impl ExtentMap {
     /// Number of runs.
     pub fn len(&self) -> usize {
         self.runs.len()
+    }
+
+    /// The file block after the last mapped one (0 if none).
+    pub fn end(&self) -> u64 {
+        self.runs
+            .last_key_value()
+            .map_or(0, |(&s, &(_, len, _))| s + u64::from(len))
     }
 
     /// Mapped blocks.
@@ -131,15 +202,15 @@ impl ExtentMap {
         }
         keys.extend(self.runs.range(lblk..end).map(|(&s, _)| s));
         for s in keys {
-            let (pblk, len, unw) = self.runs.remove(&s).expect("run present");
+            let (pblk, len, unw) = self.del(s).expect("run present");
             let rend = s + u64::from(len);
             let cut_start = s.max(lblk);
             let cut_end = rend.min(end);
             if s < cut_start {
-                self.runs.insert(s, (pblk, (cut_start - s) as u32, unw));
+                self.set(s, (pblk, (cut_start - s) as u32, unw));
             }
             if cut_end < rend {
-                self.runs.insert(
+                self.set(
                     cut_end,
                     (pblk + (cut_end - s), (rend - cut_end) as u32, unw),
                 );
@@ -148,6 +219,36 @@ impl ExtentMap {
             self.mapped -= cut_end - cut_start;
         }
         freed
+    }
+
+    /// Split the run holding `lblk` so that one starts there.
+    fn split_at(&mut self, lblk: u64) {
+        if let Some((&s, &(pblk, len, unw))) = self.runs.range(..lblk).next_back() {
+            let end = s + u64::from(len);
+            if end > lblk {
+                self.set(s, (pblk, (lblk - s) as u32, unw));
+                self.set(lblk, (pblk + (lblk - s), (end - lblk) as u32, unw));
+            }
+        }
+    }
+
+    /// Move every run at or after `from` by `by` blocks towards the start
+    /// (`down`, a collapse: `[from - by, from)` must be unmapped) or the end
+    /// (an insert: a run holding `from` is split there first).
+    pub fn shift(&mut self, from: u64, by: u64, down: bool) {
+        self.version += 1;
+        let lowest = if down { from.saturating_sub(by) } else { from };
+        self.touch(lowest);
+        if !down {
+            self.split_at(from);
+        }
+        let moved: Vec<(u64, Run)> = self.runs.range(from..).map(|(&k, &v)| (k, v)).collect();
+        for &(k, _) in &moved {
+            self.del(k);
+        }
+        for (k, v) in moved {
+            self.set(if down { k - by } else { k + by }, v);
+        }
     }
 
     /// Map `[lblk, lblk+len)` (which must be unmapped) to `pblk..`.
@@ -165,7 +266,7 @@ impl ExtentMap {
                 && p + u64::from(l) == pblk
                 && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN)
             {
-                self.runs.remove(&s);
+                self.del(s);
                 len += u64::from(l);
                 lblk = s;
                 pblk = p;
@@ -175,13 +276,13 @@ impl ExtentMap {
         if let Some(&(p, l, u)) = self.runs.get(&(lblk + len)) {
             if u == unwritten && p == pblk + len && u64::from(l) + len <= u64::from(MAX_EXTENT_LEN)
             {
-                self.runs.remove(&(lblk + len));
+                self.del(lblk + len);
                 len += u64::from(l);
             }
         }
         while len > 0 {
             let n = len.min(u64::from(MAX_EXTENT_LEN));
-            self.runs.insert(lblk, (pblk, n as u32, unwritten));
+            self.set(lblk, (pblk, n as u32, unwritten));
             lblk += n;
             pblk += n;
             len -= n;
@@ -212,6 +313,50 @@ mod tests {
         assert_eq!(freed, vec![(100, 15)]);
         assert!(m.is_empty());
         assert_eq!(m.mapped_blocks(), 0);
+    }
+
+    #[test]
+    fn rollback_undoes_every_change_since_the_checkpoint() {
+        let mut m = ExtentMap::default();
+        m.insert(0, 100, 10, false);
+        m.insert(20, 300, 10, true);
+        m.mark_clean();
+        let before = m.to_extents();
+        let v = m.version();
+        let cp = m.checkpoint();
+        m.punch(3, 4);
+        m.insert(3, 500, 2, false);
+        m.shift(20, 5, true);
+        m.shift(2, 7, false);
+        assert_ne!(m.to_extents(), before);
+        m.rollback(cp);
+        assert_eq!(m.to_extents(), before);
+        assert_eq!(m.mapped_blocks(), 20);
+        assert_eq!(m.version(), v);
+        assert_eq!(m.dirty_from(), None);
+        // Released: the changes stay.
+        let cp = m.checkpoint();
+        m.punch(0, 1);
+        m.release(cp);
+        assert_eq!(m.lookup(0), None);
+    }
+
+    #[test]
+    fn shift_collapses_and_inserts() {
+        let mut m = ExtentMap::default();
+        m.insert(0, 100, 10, false);
+        m.insert(20, 300, 4, true);
+        m.punch(4, 4);
+        m.shift(8, 4, true);
+        assert_eq!(m.lookup(4), Some((108, false, 2)));
+        assert_eq!(m.lookup(16), Some((300, true, 4)));
+        assert_eq!(m.lookup(20), None);
+        m.shift(2, 3, false);
+        assert_eq!(m.lookup(1), Some((101, false, 1)));
+        assert_eq!(m.lookup(2), None);
+        assert_eq!(m.lookup(5), Some((102, false, 2)));
+        assert_eq!(m.lookup(19), Some((300, true, 4)));
+        assert_eq!(m.mapped_blocks(), 10);
     }
 
     #[test]

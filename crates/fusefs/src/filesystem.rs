@@ -44,6 +44,7 @@ mod seek;
 mod symlink;
 mod tmpfile;
 mod trim;
+mod undo;
 mod xattr;
 
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
@@ -80,6 +81,9 @@ pub(crate) struct Inode {
     pub ext: ExtentMap,
     pub dir: Option<DirIndex>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// The xattr chain's blocks after the first (`d.xattr_blk`), read
+    /// with the inode.
+    pub xattr_more: Vec<u64>,
     pub open_count: u32,
     pub freed: bool,
     /// References the kernel holds (entries it was given minus FORGETs);
@@ -100,7 +104,8 @@ impl Inode {
     pub fn attr(&self) -> Attr {
         let blocks = self.ext.mapped_blocks()
             + self.chain.blocks().len() as u64
-            + u64::from(self.d.xattr_blk != 0);
+            + u64::from(self.d.xattr_blk != 0)
+            + self.xattr_more.len() as u64;
         Attr {
             ino: self.d.ino,
             size: if self.d.mode & S_IFMT == S_IFLNK {

@@ -19,6 +19,7 @@
 use ptsd_blockdev::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 
 use crate::error::FormatError;
+pub use crate::xattr_chain::{decode_xattr_chain_block, encode_xattr_chain_block};
 
 /// Bytes per file-system block. The device's block size must match.
 pub const BLOCK_SIZE: usize = 4096;
@@ -30,9 +31,12 @@ pub const VERSION: u32 = 1;
 /// live in a data block (set when the first one is made; older builds,
 /// which would call such an inode corrupt, then refuse the image).
 pub const INCOMPAT_LONG_SYMLINKS: u64 = 1;
+/// Incompatible feature: an inode's xattrs may fill a chain of blocks
+/// (`crate::xattr_chain`; set when the first one is made).
+pub const INCOMPAT_XATTR_CHAIN: u64 = 2;
 /// Incompatible features this build understands; an image with other bits
 /// set is refused.
-pub const FEATURES_INCOMPAT_KNOWN: u64 = INCOMPAT_LONG_SYMLINKS;
+pub const FEATURES_INCOMPAT_KNOWN: u64 = INCOMPAT_LONG_SYMLINKS | INCOMPAT_XATTR_CHAIN;
 /// Compatible features: bit 0 = inode-per-block, bit 1 = extents,
 /// bit 2 = position-ordered directory blocks with a hash index.
 pub const FEATURES_COMPAT: u64 = 0b111;
@@ -50,7 +54,8 @@ pub const SYMLINK_MAX: usize = 4095;
 pub const INLINE_EXTENTS: usize = (BLOCK_SIZE - INODE_PAYLOAD) / EXTENT_SIZE;
 /// Extents per overflow block.
 pub const OVERFLOW_EXTENTS: usize = (BLOCK_SIZE - OVERFLOW_HEADER) / EXTENT_SIZE;
-/// Total bytes of xattr names and values one inode can hold.
+/// Bytes of xattr entries the single-block format holds (more go to a
+/// chain: `crate::xattr_chain`).
 pub const XATTR_SPACE: usize = BLOCK_SIZE - XATTR_HEADER;
 
 const INODE_MAGIC: u32 = u32::from_le_bytes(*b"PTIN");
@@ -373,6 +378,9 @@ pub struct DiskInode {
     pub rdev: u32,
     pub flags: u32,
     pub xattr_blk: u64,
+    /// Blocks of the xattr chain starting at `xattr_blk`, 0 for the
+    /// single-block format (or no xattrs).
+    pub xattr_blocks: u32,
     pub parent: u64,
     /// Total extents (inline plus overflow).
     pub nextents: u32,
@@ -417,6 +425,7 @@ impl DiskInode {
         put_u32(&mut b, 120, self.nextents);
         put_u64(&mut b, 128, self.overflow);
         put_u32(&mut b, 136, self.symlink.len() as u32);
+        put_u32(&mut b, 140, self.xattr_blocks);
         let end = if (1..=SYMLINK_INLINE).contains(&self.symlink.len()) {
             let n = self.symlink.len();
             b[INODE_PAYLOAD..INODE_PAYLOAD + n].copy_from_slice(&self.symlink[..n]);
@@ -482,6 +491,7 @@ impl DiskInode {
             rdev: get_u32(b, 96),
             flags: get_u32(b, 100),
             xattr_blk: get_u64(b, 104),
+            xattr_blocks: get_u32(b, 140),
             parent: get_u64(b, 112),
             nextents,
             overflow: get_u64(b, 128),
@@ -720,6 +730,7 @@ mod tests {
             rdev: 0,
             flags: 0,
             xattr_blk: 0,
+            xattr_blocks: 0,
             parent: 0,
             nextents: 1,
             overflow: 0,

@@ -292,7 +292,7 @@ fn special_dirs(w: &mut Walker<'_>, tree: &mut Tree) -> Result<VecDeque<u64>, Fs
                 for c in chain {
                     w.own(c, BlockOwner::Extents(special));
                 }
-                xattrs(w, special, d.xattr_blk)?;
+                xattrs(w, &d)?;
                 tree.seen.insert(
                     special,
                     Seen {
@@ -458,7 +458,7 @@ fn inode(
     for c in chain {
         w.own(c, BlockOwner::Extents(e.ino));
     }
-    xattrs(w, e.ino, di.xattr_blk)?;
+    xattrs(w, &di)?;
     let is_dir = di.mode & libc::S_IFMT == libc::S_IFDIR;
     if is_dir {
         queue.push_back(e.ino);
@@ -546,28 +546,38 @@ fn data_extents(w: &mut Walker<'_>, ino: u64, ext: &[Extent]) -> Result<(), FsEr
     Ok(())
 }
 
-/// Inode `ino`'s xattr block `blk` (0: none): claimed if it decodes; if not,
-/// a finding, and a repair drops it (the block is left unowned, so the
-/// bitmap rewrite frees it).
-fn xattrs(w: &mut Walker<'_>, ino: u64, blk: u64) -> Result<(), FsError> {
-    if blk == 0 {
+/// Inode `d`'s xattr blocks (one, or a chain): claimed if they decode; if
+/// not, a finding, and a repair drops them (the blocks are left unowned,
+/// so the bitmap rewrite frees them).
+fn xattrs(w: &mut Walker<'_>, d: &DiskInode) -> Result<(), FsError> {
+    let ino = d.ino;
+    if d.xattr_blk == 0 && d.xattr_blocks == 0 {
         return Ok(());
     }
-    if blk < w.sb.data_start || blk >= w.sb.num_blocks {
-        w.own(blk, BlockOwner::Xattrs(ino));
-        w.bad_xattrs.push(ino);
-        return Ok(());
-    }
-    if let Err(error) = decode_xattrs(&w.read(blk)?, blk, ino) {
-        w.problems.push(Finding::BadInode { ino, error });
-        w.bad_xattrs.push(ino);
-        if w.repair {
-            return Ok(());
+    let valid = w.sb.data_start..w.sb.num_blocks;
+    let loaded = crate::xattr_chain::load(ino, d.xattr_blk, d.xattr_blocks, valid.clone(), |b| {
+        w.read(b)
+    });
+    match loaded {
+        Ok((_, blocks)) => {
+            let mut all_mine = true;
+            for b in blocks {
+                // Another inode's block (used twice): not this inode's to
+                // keep.
+                all_mine &= w.own(b, BlockOwner::Xattrs(ino));
+            }
+            if !all_mine {
+                w.bad_xattrs.push(ino);
+            }
         }
-    }
-    if !w.own(blk, BlockOwner::Xattrs(ino)) {
-        // Another inode's block (used twice): not this inode's to keep.
-        w.bad_xattrs.push(ino);
+        Err(crate::chain::LoadError::Read(e)) => return Err(e),
+        Err(crate::chain::LoadError::Corrupt(error)) => {
+            w.problems.push(Finding::BadInode { ino, error });
+            w.bad_xattrs.push(ino);
+            if !w.repair && valid.contains(&d.xattr_blk) {
+                w.own(d.xattr_blk, BlockOwner::Xattrs(ino));
+            }
+        }
     }
     Ok(())
 }
@@ -704,8 +714,13 @@ fn write_repairs(
                     blocks.extend(e.pblk..e.pblk + u64::from(e.len));
                 }
                 blocks.extend(chain);
-                if d.xattr_blk != 0 {
-                    blocks.push(d.xattr_blk);
+                let valid = sb.data_start..sb.num_blocks;
+                match crate::xattr_chain::load(ino, d.xattr_blk, d.xattr_blocks, valid, |b| {
+                    w.read(b)
+                }) {
+                    Ok((_, xblocks)) => blocks.extend(xblocks),
+                    Err(_) if d.xattr_blk != 0 => blocks.push(d.xattr_blk),
+                    Err(_) => {}
                 }
                 for b in blocks {
                     if b < sb.num_blocks {
@@ -810,6 +825,7 @@ fn write_repairs(
             }
             if edit.drop_xattrs {
                 d.xattr_blk = 0;
+                d.xattr_blocks = 0;
             }
             if let Some(size) = edit.size {
                 d.size = size;

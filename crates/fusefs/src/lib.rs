@@ -44,6 +44,7 @@ mod sealcrc;
 pub mod store;
 pub mod uring;
 pub(crate) mod writes;
+pub mod xattr_chain;
 
 pub use csum::ChecksumStore;
 pub use error::{Damage, Errno, FormatError, FsError, StoreError};

@@ -209,8 +209,49 @@ fn fitrim_discards_free_runs_of_the_asked_length_in_the_asked_range() {
     let events = log.lock().clone();
     assert_synced_before_discards(&events);
     assert_eq!(discarded(&events), free);
-    // A range past the device, and runs longer than any: nothing.
-    assert_eq!(fs.trim(1 << 40, 100, 1).unwrap(), 0);
+    // Runs longer than any: nothing. A range past the device: EINVAL.
     assert_eq!(fs.trim(0, u64::MAX, 1 << 30).unwrap(), 0);
+    assert_eq!(fs.trim(1 << 40, 100, 1), Err(ptsd_fs::Errno::EINVAL));
     assert_eq!(read_file(&fs, "x"), vec![3u8; 100 << 10]);
+}
+
+/// Issue 45 §10: FITRIM refuses the ranges Linux refuses, with EINVAL:
+/// a start past the end (2^64-1 included), a length of 0 or under a block,
+/// a minimum run longer than an allocation group; a valid range still
+/// works, and gives back the bytes discarded.
+#[test]
+fn fitrim_rejects_invalid_ranges_with_einval() {
+    let (fs, log, _dev) = mounted();
+    let root = Caller { uid: 0, gid: 0 };
+    let range = |start: u64, len: u64, min: u64| {
+        [start, len, min]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect::<Vec<u8>>()
+    };
+    let size = fs.statfs().blocks * 4096;
+    for (start, len, min) in [
+        (size, 1 << 20, 0),
+        (size + 4096, u64::MAX, 0),
+        (u64::MAX, u64::MAX, 0),
+        (0, 0, 0),
+        (0, 4095, 0),
+        (0, u64::MAX, 1 << 40),
+    ] {
+        assert_eq!(
+            fs.ioctl(root, ptsd_fs::FITRIM, &range(start, len, min)),
+            Err(ptsd_fs::Errno::EINVAL),
+            "start {start} len {len} minlen {min}"
+        );
+    }
+    assert!(log.lock().iter().all(|e| !matches!(e, Event::Discard(..))));
+    let out = fs
+        .ioctl(root, ptsd_fs::FITRIM, &range(0, u64::MAX, 0))
+        .unwrap();
+    let trimmed = u64::from_ne_bytes(out[8..16].try_into().unwrap());
+    assert_eq!(trimmed, fs.statfs().bfree * 4096);
+    // The last block is a valid start.
+    assert!(fs
+        .ioctl(root, ptsd_fs::FITRIM, &range(size - 4096, 4096, 0))
+        .is_ok());
 }

@@ -1,10 +1,11 @@
 //! File data: read, write, truncate (setattr), fallocate.
 
+use super::undo::undo_on_error;
 use super::{ext_slack, put_inode, Attr, FileSystem, Inode, SetAttr, SetTime, Writes};
 use super::{BS, MAX_FILE_SIZE, S_IFMT, S_IFREG};
 use crate::error::Errno;
 use crate::extent::ExtentMap;
-use crate::format::{encode_xattrs, Ts, BLOCK_SIZE};
+use crate::format::{Ts, BLOCK_SIZE};
 use std::sync::atomic::Ordering;
 
 impl FileSystem {
@@ -70,6 +71,17 @@ impl FileSystem {
     ) -> Result<u32, Errno> {
         self.writable()?;
         let mut g = self.lock(ino)?;
+        undo_on_error(&mut g, |g| self.write_locked(g, offset, data, kill_priv))
+    }
+
+    fn write_locked(
+        &self,
+        g: &mut Inode,
+        offset: u64,
+        data: &[u8],
+        kill_priv: bool,
+    ) -> Result<u32, Errno> {
+        let ino = g.d.ino;
         if g.is_dir() {
             return Err(Errno::EISDIR);
         }
@@ -108,7 +120,7 @@ impl FileSystem {
         } + converts;
         let need = missing
             + if added_runs > 0 {
-                ext_slack(&g, added_runs.max(missing as usize))
+                ext_slack(g, added_runs.max(missing as usize))
             } else {
                 0
             };
@@ -205,14 +217,14 @@ impl FileSystem {
         g.d.mtime = now;
         g.d.ctime = now;
         if kill_priv {
-            self.kill_priv(&mut g, &mut w)?;
+            self.kill_priv(g, &mut w)?;
         } else {
             // Any write drops the file capability, privileged or not. The
             // kernel does it before a page-cache write; a direct one
             // (`FOPEN_DIRECT_IO`) reaches us without it.
-            self.drop_capability(&mut g, &mut w)?;
+            self.drop_capability(g, &mut w)?;
         }
-        put_inode(&mut g, ctx.as_mut(), &mut w)?;
+        put_inode(g, ctx.as_mut(), &mut w)?;
         if !ordered.is_empty() {
             self.sync_frees()?;
         }
@@ -259,22 +271,18 @@ impl FileSystem {
     }
 
     /// Removes the `security.capability` xattr, if any; adds the xattr
-    /// block to `w` if it changed.
+    /// blocks to `w` if they changed (a removal never needs more).
     fn drop_capability(&self, g: &mut Inode, w: &mut Writes) -> Result<(), Errno> {
         if g.d.xattr_blk == 0 {
             return Ok(());
         }
         self.ensure_xattrs(g)?;
-        let map = g.xattrs.as_mut().ok_or(Errno::EIO)?;
-        if map.remove(&b"security.capability"[..]).is_some() {
+        let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
+        if map.contains_key(&b"security.capability"[..]) {
+            let mut map = map.clone();
+            map.remove(&b"security.capability"[..]);
             g.d.ctime = Ts::now();
-            w.insert(
-                g.d.xattr_blk,
-                encode_xattrs(
-                    g.d.ino,
-                    map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-                ),
-            );
+            self.store_xattrs(g, map, None, w)?;
         }
         Ok(())
     }
@@ -313,6 +321,10 @@ impl FileSystem {
     pub fn setattr(&self, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
         self.writable()?;
         let mut g = self.lock(ino)?;
+        undo_on_error(&mut g, |g| self.setattr_locked(g, set))
+    }
+
+    fn setattr_locked(&self, g: &mut Inode, set: SetAttr) -> Result<Attr, Errno> {
         let now = Ts::now();
         let mut w = Writes::new();
         let mut ctx = None;
@@ -329,7 +341,7 @@ impl FileSystem {
                 let lock = [frees.clone(), g.chain.runs()].concat();
                 let mut c = self.alloc.prepare(0, 0, &lock)?;
                 if size % BS != 0 {
-                    self.zero_partial(&g, size, (size / BS + 1) * BS, &mut w)?;
+                    self.zero_partial(g, size, (size / BS + 1) * BS, &mut w)?;
                 }
                 g.ext.punch(keep_blocks, u64::MAX - keep_blocks);
                 for (s, l) in frees {
@@ -339,7 +351,7 @@ impl FileSystem {
             } else if size > g.d.size && g.d.size % BS != 0 {
                 // Bytes between the old EOF and the block end must read as zero.
                 let old = g.d.size;
-                self.zero_partial(&g, old, (old / BS + 1) * BS, &mut w)?;
+                self.zero_partial(g, old, (old / BS + 1) * BS, &mut w)?;
             }
             if size != g.d.size {
                 g.d.size = size;
@@ -350,7 +362,7 @@ impl FileSystem {
         // for root); a truncate does when the caller is unprivileged.
         let chown = set.uid.is_some() || set.gid.is_some();
         if chown || (set.size.is_some() && set.kill_priv) {
-            self.kill_priv(&mut g, &mut w)?;
+            self.kill_priv(g, &mut w)?;
         }
         if let Some(uid) = set.uid {
             g.d.uid = uid;
@@ -372,15 +384,32 @@ impl FileSystem {
             g.d.mtime = resolve(t);
         }
         g.d.ctime = now;
-        put_inode(&mut g, ctx.as_mut(), &mut w)?;
+        put_inode(g, ctx.as_mut(), &mut w)?;
         self.commit(w, ctx)?;
         Ok(g.attr())
     }
 
     /// Preallocate (mode 0 or `FALLOC_FL_KEEP_SIZE`), punch a hole
-    /// (`PUNCH_HOLE|KEEP_SIZE`) or zero a range (`ZERO_RANGE`).
+    /// (`PUNCH_HOLE|KEEP_SIZE`), zero a range (`ZERO_RANGE`), or remove or
+    /// open a gap of whole blocks (`COLLAPSE_RANGE`, `INSERT_RANGE`, with
+    /// ext4's rules: block-aligned, EINVAL for a collapse reaching EOF or
+    /// an insert at or past it).
     pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
         self.writable()?;
+        let shift = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
+        if mode & shift != 0 {
+            // As the VFS and ext4: either mode alone, on whole blocks.
+            if mode & !shift != 0 || mode == shift {
+                return Err(Errno::EINVAL);
+            }
+            if length == 0 || offset % BS != 0 || length % BS != 0 {
+                return Err(Errno::EINVAL);
+            }
+            offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            let collapse = mode == libc::FALLOC_FL_COLLAPSE_RANGE;
+            let mut g = self.lock(ino)?;
+            return undo_on_error(&mut g, |g| self.shift_range(g, offset, length, collapse));
+        }
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
@@ -401,6 +430,21 @@ impl FileSystem {
             return Err(Errno::EFBIG);
         }
         let mut g = self.lock(ino)?;
+        undo_on_error(&mut g, |g| self.fallocate_locked(g, offset, length, mode))
+    }
+
+    fn fallocate_locked(
+        &self,
+        g: &mut Inode,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        let ino = g.d.ino;
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        let end = offset + length;
         if g.is_dir() {
             return Err(Errno::EISDIR);
         }
@@ -421,10 +465,15 @@ impl FileSystem {
                 Vec::new()
             };
             let realloc = if zero { whole } else { 0 };
-            let slack = if realloc > 0 {
-                ext_slack(&g, realloc.min(64) as usize + 2)
-            } else {
-                0
+            // Unmapping the middle of a run splits it: one more extent,
+            // which may need one more chain block even for a plain punch
+            // (without it, a punch failed with ENOSPC once the list
+            // outgrew the inode, issue 45 §5); zero range then maps the
+            // range again in as many runs as the free space gives.
+            let slack = match (whole, zero) {
+                (0, _) => 0,
+                (_, false) => ext_slack(g, 1),
+                (_, true) => ext_slack(g, realloc.min(64) as usize + 2),
             };
             let lock = [frees.clone(), g.chain.runs()].concat();
             let mut ctx = self.alloc.prepare(
@@ -435,10 +484,10 @@ impl FileSystem {
             if first_whole * BS > offset || whole == 0 {
                 let a = offset;
                 let b = end.min((offset / BS + 1) * BS);
-                self.zero_partial(&g, a, b, &mut w)?;
+                self.zero_partial(g, a, b, &mut w)?;
             }
             if end_whole * BS < end && end_whole >= first_whole && end_whole * BS >= offset {
-                self.zero_partial(&g, end_whole * BS, end, &mut w)?;
+                self.zero_partial(g, end_whole * BS, end, &mut w)?;
             }
             if whole > 0 {
                 g.ext.punch(first_whole, whole);
@@ -465,7 +514,7 @@ impl FileSystem {
             }
             g.d.mtime = now;
             g.d.ctime = now;
-            put_inode(&mut g, Some(&mut ctx), &mut w)?;
+            put_inode(g, Some(&mut ctx), &mut w)?;
             return self.commit(w, Some(ctx));
         }
         // Preallocate unwritten blocks in the holes.
@@ -485,7 +534,7 @@ impl FileSystem {
         }
         let missing: u64 = holes.iter().map(|h| h.1).sum();
         let slack = if missing > 0 {
-            ext_slack(&g, holes.len() + 64)
+            ext_slack(g, holes.len() + 64)
         } else {
             0
         };
@@ -512,7 +561,70 @@ impl FileSystem {
             g.d.size = end;
         }
         g.d.ctime = now;
-        put_inode(&mut g, Some(&mut ctx), &mut w)?;
+        put_inode(g, Some(&mut ctx), &mut w)?;
+        self.commit(w, Some(ctx))
+    }
+
+    /// `COLLAPSE_RANGE` (`collapse`: remove `[offset, offset+length)` and
+    /// move the rest of the file down) or `INSERT_RANGE` (move everything
+    /// from `offset` up, leaving a hole): the extent map's keys shift, no
+    /// data moves.
+    fn shift_range(
+        &self,
+        g: &mut Inode,
+        offset: u64,
+        length: u64,
+        collapse: bool,
+    ) -> Result<(), Errno> {
+        if g.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if g.d.mode & S_IFMT != S_IFREG {
+            return Err(Errno(libc::ENODEV));
+        }
+        let (first, count) = (offset / BS, length / BS);
+        let size = g.d.size;
+        let mut w = Writes::new();
+        let (frees, ctx) = if collapse {
+            if offset + length >= size {
+                return Err(Errno::EINVAL);
+            }
+            let frees = Self::runs_in(&g.ext, first, count);
+            let lock = [frees.clone(), g.chain.runs()].concat();
+            // Cutting a run at both ends of the range makes one more.
+            let ctx = self.alloc.prepare(ext_slack(g, 1), g.d.ino + 1, &lock)?;
+            (frees, ctx)
+        } else {
+            if offset >= size {
+                return Err(Errno::EINVAL);
+            }
+            // Blocks mapped past EOF (fallocate KEEP_SIZE) move too.
+            let top = g.ext.end();
+            if size + length > MAX_FILE_SIZE || top + count > MAX_FILE_SIZE / BS {
+                return Err(Errno::EFBIG);
+            }
+            // Splitting the run at `offset` makes one more.
+            let ctx = self
+                .alloc
+                .prepare(ext_slack(g, 1), g.d.ino + 1, &g.chain.runs())?;
+            (Vec::new(), ctx)
+        };
+        let mut ctx = ctx;
+        if collapse {
+            g.ext.punch(first, count);
+            for (s, l) in frees {
+                ctx.free(s, l)?;
+            }
+            g.ext.shift(first + count, count, true);
+            g.d.size = size - length;
+        } else {
+            g.ext.shift(first, count, false);
+            g.d.size = size + length;
+        }
+        let now = Ts::now();
+        g.d.mtime = now;
+        g.d.ctime = now;
+        put_inode(g, Some(&mut ctx), &mut w)?;
         self.commit(w, Some(ctx))
     }
 }

@@ -19,7 +19,7 @@ pub(super) enum LoadErr {
 }
 
 impl LoadErr {
-    fn errno(self) -> Errno {
+    pub(super) fn errno(self) -> Errno {
         match self {
             LoadErr::Stale => Errno::ENOENT,
             LoadErr::Format(f) => Errno::from(f),
@@ -57,6 +57,7 @@ pub(super) fn owned_runs(g: &Inode) -> Vec<(u64, u64)> {
     if g.d.xattr_blk != 0 {
         v.push((g.d.xattr_blk, 1));
     }
+    v.extend(g.xattr_more.iter().map(|&b| (b, 1)));
     v.push((g.d.ino, 1));
     v
 }
@@ -110,10 +111,17 @@ impl FileSystem {
             chain,
             dir: None,
             xattrs: None,
+            xattr_more: Vec::new(),
             open_count: 0,
             freed: false,
             lookups: 0,
         };
+        if g.d.xattr_blocks != 0 {
+            // A chain: its blocks are the inode's to free, so they are
+            // known from the start (the single-block format waits for
+            // the first xattr call).
+            self.load_xattrs(&mut g)?;
+        }
         if g.d.mode & S_IFMT == S_IFLNK && symlink::is_long(g.d.symlink.len()) {
             self.load_long_target(&mut g)?;
         }
@@ -192,6 +200,7 @@ impl FileSystem {
             rdev: 0,
             flags: 0,
             xattr_blk: 0,
+            xattr_blocks: 0,
             parent,
             nextents: 0,
             overflow: 0,
@@ -204,6 +213,7 @@ impl FileSystem {
             chain: Chain::default(),
             dir: None,
             xattrs: None,
+            xattr_more: Vec::new(),
             open_count: 0,
             freed: false,
             lookups: 0,

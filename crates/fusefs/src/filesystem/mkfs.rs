@@ -81,6 +81,7 @@ pub fn mkfs(store: &dyn Store, opts: &MkfsOptions) -> Result<Superblock, FsError
             rdev: 0,
             flags: 0,
             xattr_blk: 0,
+            xattr_blocks: 0,
             parent,
             nextents: 0,
             overflow: 0,

@@ -40,8 +40,12 @@ impl FileSystem {
     /// // Every free block is discarded, in runs of any length.
     /// assert_eq!(fs.trim(0, u64::MAX, 1).unwrap(), fs.statfs().bfree);
     /// ```
+    /// A range that starts past the end, or an empty one, is EINVAL.
     pub fn trim(&self, first: u64, len: u64, min_len: u64) -> Result<u64, Errno> {
         self.writable()?;
+        if first >= self.layout.num_blocks || len == 0 {
+            return Err(Errno::EINVAL);
+        }
         let end = first.saturating_add(len);
         let lo_g = (first / BITS_PER_GROUP) as usize;
         let hi_g = (end.div_ceil(BITS_PER_GROUP) as usize).min(self.alloc.num_groups());
@@ -77,6 +81,12 @@ impl FileSystem {
                 .ok_or(Errno::EINVAL)
         };
         let (start, len, min_len) = (field(0)?, field(1)?, field(2)?);
+        // As ext4: EINVAL for a range that starts past the end, one shorter
+        // than a block (or empty), or a minimum run longer than a group.
+        if start / BS >= self.layout.num_blocks || len < BS || min_len.div_ceil(BS) > BITS_PER_GROUP
+        {
+            return Err(Errno::EINVAL);
+        }
         let blocks = self.trim(start / BS, len / BS, min_len.div_ceil(BS).max(1))?;
         let mut out = Vec::with_capacity(24);
         for v in [start, blocks * BS, min_len] {

@@ -1,4 +1,6 @@
-//! Extended attributes: one block per inode, loaded on first use.
+//! Extended attributes: one block per inode while they fit, else a chain
+//! of up to 16 (`crate::xattr_chain`), loaded on first use (a chain with
+//! the inode, as its blocks are the inode's to free).
 //!
 //! Names are checked as ext4 does: the namespaces ptsd stores are `user.`,
 //! `trusted.`, `security.` and the POSIX ACLs (`system.posix_acl_access`,
@@ -7,9 +9,14 @@
 
 use std::collections::BTreeMap;
 
+use super::inode_io::LoadErr;
+use super::undo::undo_on_error;
 use super::{put_inode, FileSystem, Inode, Writes};
+use crate::alloc::AllocCtx;
+use crate::chain::LoadError;
 use crate::error::Errno;
-use crate::format::{decode_xattrs, encode_xattrs, xattr_size, Ts, XATTR_SPACE};
+use crate::format::{Ts, BLOCK_SIZE, INCOMPAT_XATTR_CHAIN};
+use crate::xattr_chain;
 
 /// Namespaces whose attributes are stored (prefix, then any name).
 const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
@@ -33,22 +40,118 @@ pub fn check_name(name: &[u8]) -> Result<(), Errno> {
 }
 
 impl FileSystem {
-    pub(super) fn ensure_xattrs(&self, g: &mut Inode) -> Result<(), Errno> {
-        if g.xattrs.is_some() {
-            return Ok(());
-        }
-        let mut m = BTreeMap::new();
-        if g.d.xattr_blk != 0 {
-            let b = self.read_block(g.d.xattr_blk)?;
-            for (k, v) in decode_xattrs(&b, g.d.xattr_blk, g.d.ino)? {
-                m.insert(k, v);
-            }
-        }
-        g.xattrs = Some(m);
+    /// Read inode `g`'s xattrs and its chain's block list.
+    pub(super) fn load_xattrs(&self, g: &mut Inode) -> Result<(), LoadErr> {
+        let valid = self.layout.data_start..self.layout.num_blocks;
+        let (entries, blocks) =
+            xattr_chain::load(g.d.ino, g.d.xattr_blk, g.d.xattr_blocks, valid, |blk| {
+                let mut b = vec![0u8; BLOCK_SIZE];
+                self.store.read(blk, &mut b).map(|()| b)
+            })
+            .map_err(|e| match e {
+                LoadError::Read(e) => LoadErr::Store(e),
+                LoadError::Corrupt(e) => LoadErr::Format(e),
+            })?;
+        g.xattrs = Some(entries.into_iter().collect());
+        g.xattr_more = blocks.into_iter().skip(1).collect();
         Ok(())
     }
 
-    /// Set an xattr (`flags`: XATTR_CREATE = 1, XATTR_REPLACE = 2).
+    pub(super) fn ensure_xattrs(&self, g: &mut Inode) -> Result<(), Errno> {
+        if g.xattrs.is_none() {
+            self.load_xattrs(g).map_err(LoadErr::errno)?;
+        }
+        Ok(())
+    }
+
+    /// The blocks holding `g`'s xattrs, in order.
+    fn xattr_blocks(g: &Inode) -> Vec<u64> {
+        (g.d.xattr_blk != 0)
+            .then_some(g.d.xattr_blk)
+            .into_iter()
+            .chain(g.xattr_more.iter().copied())
+            .collect()
+    }
+
+    /// Store `map` as `g`'s xattrs (blocks into `w`). With `ctx`, the
+    /// blocks follow the set's size: allocated from it (which must have
+    /// room for [`xattr_chain::blocks_needed`]) or freed to it (which must
+    /// hold their groups); without, the set keeps its blocks (ENOSPC if it
+    /// needs more). The first chain marks the image.
+    pub(super) fn store_xattrs(
+        &self,
+        g: &mut Inode,
+        map: BTreeMap<Vec<u8>, Vec<u8>>,
+        ctx: Option<&mut AllocCtx<'_>>,
+        w: &mut Writes,
+    ) -> Result<(), Errno> {
+        let need = xattr_chain::blocks_needed(&map).ok_or(Errno::ENOSPC)?;
+        let mut blocks = Self::xattr_blocks(g);
+        match ctx {
+            Some(ctx) => {
+                if need > blocks.len() {
+                    let more = (need - blocks.len()) as u64;
+                    let goal = blocks.last().copied().unwrap_or(g.d.ino) + 1;
+                    let runs = ctx.alloc(more, goal);
+                    if runs.iter().map(|r| r.1).sum::<u64>() < more {
+                        return Err(Errno::ENOSPC);
+                    }
+                    blocks.extend(runs.into_iter().flat_map(|(s, l)| s..s + l));
+                }
+                while blocks.len() > need {
+                    let b = blocks.pop().ok_or(Errno::EIO)?;
+                    ctx.free(b, 1)?;
+                }
+            }
+            None if need > blocks.len() => return Err(Errno::ENOSPC),
+            None => {}
+        }
+        let encoded = xattr_chain::encode_set(g.d.ino, &map, &blocks).ok_or(Errno::ENOSPC)?;
+        if blocks.len() > 1 {
+            let mut sb = self.sb.lock();
+            if sb.features_incompat & INCOMPAT_XATTR_CHAIN == 0 {
+                // Before the inode is journaled: an older build refuses
+                // the image rather than calling the chain corrupt.
+                sb.features_incompat |= INCOMPAT_XATTR_CHAIN;
+                self.store.write_super(&sb.encode())?;
+            }
+        }
+        for (blk, b) in encoded {
+            w.insert(blk, b);
+        }
+        g.d.xattr_blk = blocks.first().copied().unwrap_or(0);
+        g.d.xattr_blocks = if blocks.len() > 1 {
+            blocks.len() as u32
+        } else {
+            0
+        };
+        g.xattr_more = blocks.into_iter().skip(1).collect();
+        g.xattrs = Some(map);
+        Ok(())
+    }
+
+    /// Change `g`'s xattrs to `map` in one transaction, allocating or
+    /// freeing blocks as the set's size asks.
+    fn replace_xattrs(&self, g: &mut Inode, map: BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), Errno> {
+        let need = xattr_chain::blocks_needed(&map).ok_or(Errno::ENOSPC)?;
+        let have = Self::xattr_blocks(g);
+        let frees: Vec<(u64, u64)> = have.iter().skip(need).map(|&b| (b, 1)).collect();
+        let more = need.saturating_sub(have.len()) as u64;
+        let mut ctx = if more > 0 || !frees.is_empty() {
+            Some(self.alloc.prepare(more, g.d.ino + 1, &frees)?)
+        } else {
+            None
+        };
+        let mut w = Writes::new();
+        self.store_xattrs(g, map, ctx.as_mut(), &mut w)?;
+        g.d.ctime = Ts::now();
+        put_inode(g, None, &mut w)?;
+        self.commit(w, ctx)
+    }
+
+    /// Set an xattr (`flags`: XATTR_CREATE = 1, XATTR_REPLACE = 2). A set
+    /// larger than 16 blocks (about 64 KiB) or one value larger than a
+    /// block is ENOSPC.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<(), Errno> {
         self.writable()?;
         check_name(name)?;
@@ -56,43 +159,19 @@ impl FileSystem {
             return Err(Errno::E2BIG);
         }
         let mut g = self.lock(ino)?;
-        self.ensure_xattrs(&mut g)?;
-        let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-        let exists = map.contains_key(name);
-        if flags & libc::XATTR_CREATE != 0 && exists {
-            return Err(Errno::EEXIST);
-        }
-        if flags & libc::XATTR_REPLACE != 0 && !exists {
-            return Err(Errno::ENODATA);
-        }
-        let total: usize = map
-            .iter()
-            .filter(|(k, _)| k.as_slice() != name)
-            .map(|(k, v)| xattr_size(k.len(), v.len()))
-            .sum::<usize>()
-            + xattr_size(name.len(), value.len());
-        if total > XATTR_SPACE {
-            return Err(Errno::ENOSPC);
-        }
-        let mut ctx = None;
-        if g.d.xattr_blk == 0 {
-            let mut c = self.alloc.prepare(1, ino + 1, &[])?;
-            g.d.xattr_blk = c.alloc(1, ino + 1).first().ok_or(Errno::ENOSPC)?.0;
-            ctx = Some(c);
-        }
-        g.xattrs
-            .as_mut()
-            .ok_or(Errno::EIO)?
-            .insert(name.to_vec(), value.to_vec());
-        g.d.ctime = Ts::now();
-        let mut w = Writes::new();
-        let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-        w.insert(
-            g.d.xattr_blk,
-            encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
-        );
-        put_inode(&mut g, None, &mut w)?;
-        self.commit(w, ctx)
+        undo_on_error(&mut g, |g| {
+            self.ensure_xattrs(g)?;
+            let mut map = g.xattrs.clone().ok_or(Errno::EIO)?;
+            let exists = map.contains_key(name);
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return Err(Errno::EEXIST);
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return Err(Errno::ENODATA);
+            }
+            map.insert(name.to_vec(), value.to_vec());
+            self.replace_xattrs(g, map)
+        })
     }
 
     /// Get an xattr's value.
@@ -124,28 +203,14 @@ impl FileSystem {
         self.writable()?;
         check_name(name)?;
         let mut g = self.lock(ino)?;
-        self.ensure_xattrs(&mut g)?;
-        if g.xattrs.as_mut().ok_or(Errno::EIO)?.remove(name).is_none() {
-            return Err(Errno::ENODATA);
-        }
-        g.d.ctime = Ts::now();
-        let mut w = Writes::new();
-        let mut ctx = None;
-        if g.xattrs.as_ref().is_some_and(|m| m.is_empty()) {
-            let blk = g.d.xattr_blk;
-            let mut c = self.alloc.prepare(0, 0, &[(blk, 1)])?;
-            c.free(blk, 1)?;
-            g.d.xattr_blk = 0;
-            ctx = Some(c);
-        } else {
-            let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
-            w.insert(
-                g.d.xattr_blk,
-                encode_xattrs(ino, map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
-            );
-        }
-        put_inode(&mut g, None, &mut w)?;
-        self.commit(w, ctx)
+        undo_on_error(&mut g, |g| {
+            self.ensure_xattrs(g)?;
+            let mut map = g.xattrs.clone().ok_or(Errno::EIO)?;
+            if map.remove(name).is_none() {
+                return Err(Errno::ENODATA);
+            }
+            self.replace_xattrs(g, map)
+        })
     }
 }
 
