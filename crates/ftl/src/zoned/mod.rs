@@ -35,11 +35,15 @@
 //! assert_eq!(dev.stats().waf, 1.0);
 //! ```
 
+mod host;
 mod image;
 mod state;
+mod workloads;
 
+pub use host::{HostLog, HostLogStats};
 pub use image::ZonedImageError;
 pub use state::{Placed, ZoneAction, ZoneError, ZoneInfo, ZoneLimits, ZoneState, Zones};
+pub use workloads::{ZonedPhase, ZonedRunner, ZonedWorkload};
 
 use serde::Serialize;
 use thiserror::Error;

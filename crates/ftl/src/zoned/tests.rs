@@ -196,3 +196,88 @@ fn a_torn_page_ends_the_recovered_write_pointer() {
     let dev = ZonedSsd::open_on(cfg, Box::new(d)).unwrap();
     assert_eq!(dev.report(0, 1)[0].wp, 2);
 }
+
+fn timing_only() -> ZonedConfig {
+    let mut cfg = ZonedConfig::small();
+    cfg.nand.store = StoreKind::None;
+    cfg
+}
+
+#[test]
+fn the_host_log_reclaims_zones_itself_and_the_device_never_copies() {
+    use crate::sim::Simulator;
+    use crate::workload::WorkloadSpec;
+    let dev = ZonedSsd::new(timing_only()).unwrap();
+    let pages = u64::from(dev.zone_count()) * dev.zone_capacity() * 7 / 10;
+    let mut sim = Simulator::new(HostLog::new(dev, pages).unwrap());
+    let mut fill = WorkloadSpec::sequential_fill(pages, 1).build().unwrap();
+    sim.run_closed("fill", &mut fill, 4).unwrap();
+    let mut w = WorkloadSpec::mixed(pages, 30, 20 * pages, 3)
+        .build()
+        .unwrap();
+    let phase = sim.run_closed("mixed", &mut w, 16).unwrap();
+    let s = &phase.device;
+    sim.device().check_invariants().unwrap();
+    assert_eq!(s.device.waf, 1.0);
+    assert!(s.host_copies > 0 && s.host_resets > 0);
+    assert_eq!(
+        s.device.host_write_pages,
+        s.user_write_pages + s.host_copies
+    );
+    let want = (s.user_write_pages + s.host_copies) as f64 / s.user_write_pages as f64;
+    assert!((s.total_waf - want).abs() < 1e-9);
+    assert_eq!(phase.throughput.requests, 20 * pages);
+    assert!(phase.read.count > 0);
+    // Too large a working set is refused, not run into a wall.
+    let dev = ZonedSsd::new(timing_only()).unwrap();
+    let all = u64::from(dev.zone_count()) * dev.zone_capacity();
+    assert!(matches!(HostLog::new(dev, all), Err(ZonedError::Config(_))));
+}
+
+#[test]
+fn sequential_writes_to_zones_on_different_chips_run_in_parallel() {
+    let run = |zones, requests| {
+        let mut r = ZonedRunner::new(ZonedSsd::new(timing_only()).unwrap(), 1);
+        r.run("seq", ZonedWorkload::SeqWrite { zones }, 8, 1, requests)
+            .unwrap()
+    };
+    // Each zone written once to its capacity (24 pages): zone 0 on two
+    // chips, zones 0 and 1 on all four.
+    let one = run(1, 24);
+    let two = run(2, 48);
+    assert!(
+        (two.iops / one.iops - 2.0).abs() < 0.01,
+        "{} vs {} IOPS",
+        two.iops,
+        one.iops
+    );
+    let many = run(2, 1000);
+    assert!(
+        many.reset.count > 0,
+        "1000 pages overflow the 32 zones of 24: resets"
+    );
+    assert_eq!(many.device.waf, 1.0);
+}
+
+#[test]
+fn a_reset_of_a_full_zone_takes_one_erase_time() {
+    let cfg = timing_only();
+    let t_erase = cfg.nand.t_erase_ns;
+    let mut r = ZonedRunner::new(ZonedSsd::new(cfg).unwrap(), 1);
+    let p = r.run("reset", ZonedWorkload::Reset, 1, 1, 1000).unwrap();
+    assert_eq!(p.requests, u64::from(r.device().zone_count()));
+    // Capacity 24 of 32 pages over 2 chips: one block on each, erased at once.
+    assert_eq!(p.reset.count, p.requests);
+    assert!(
+        (p.reset.mean_us - t_erase as f64 / 1000.0).abs() < 1.0,
+        "{}",
+        p.reset.mean_us
+    );
+    let p = r.run("read", ZonedWorkload::RandRead, 4, 2, 100).unwrap();
+    assert_eq!(p.device.host_read_pages, 200);
+    assert!("append:0".parse::<ZonedWorkload>().is_err());
+    assert_eq!(
+        "seqwrite:3".parse(),
+        Ok(ZonedWorkload::SeqWrite { zones: 3 })
+    );
+}
