@@ -4,8 +4,10 @@
 //! conventional SSD (device GC) and on the zoned one (host GC).
 //!
 //! The host keeps a page map (logical page → zone and offset), writes
-//! every page at the write pointer of its open zone (one for user writes,
-//! one for its GC copies), and when free zones run low reclaims the zone
+//! every page at the write pointer of an open zone (user writes go round
+//! robin over one zone per chip group, so that they use every chip as the
+//! conventional device's striping does; GC copies go round robin over
+//! as many zones of their own), and when free zones run low reclaims the zone
 //! with the fewest valid pages (greedy): it reads each valid page, writes
 //! it to its GC zone, and resets the victim. User writes that find no
 //! free zone wait for a reset. The host's GC runs alongside user I/O, a
@@ -80,8 +82,9 @@ struct Pending {
     dispatch_ns: u64,
 }
 
-/// The host's log-structured layer over a [`ZonedSsd`] (see the
-/// [module](self) documentation).
+/// The host's log-structured layer over a [`ZonedSsd`]: a page map, one
+/// open zone per chip group for user writes and as many for GC copies,
+/// greedy reclaim of the zone with the fewest valid pages.
 pub struct HostLog {
     dev: ZonedSsd,
     pages: u64,
@@ -95,9 +98,14 @@ pub struct HostLog {
     free: VecDeque<u32>,
     /// Zones full and not being reclaimed (GC candidates).
     sealed: Vec<bool>,
-    /// (zone, next offset) of the user and the GC stream.
-    user: Option<(u32, u64)>,
-    gc_zone: Option<(u32, u64)>,
+    /// (zone, next offset) of each write stream: one user stream per chip
+    /// group (a zone stripes over one group only, so one open zone would
+    /// leave the other groups' chips idle), then as many GC streams.
+    streams: Vec<Option<(u32, u64)>>,
+    /// The user and the GC stream the next write goes to (round robin).
+    next_stream: usize,
+    next_gc_stream: usize,
+    groups: u32,
     /// GC under way: victim and next offset to look at.
     victim: Option<(u32, u64)>,
     gc_inflight: u32,
@@ -106,9 +114,6 @@ pub struct HostLog {
     gc_high: usize,
     /// Reclaiming: from below `gc_low` free zones up to `gc_high`.
     reclaiming: bool,
-    /// A victim's reset is under way (its zone is not free yet: no new
-    /// victim, which might need a zone to copy to).
-    resetting: bool,
     /// Why the host stopped (the simulator reports it).
     failure: Option<String>,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
@@ -122,13 +127,16 @@ pub struct HostLog {
 
 impl HostLog {
     /// A host using logical pages `0..pages` on `dev` (its timing-only or
-    /// data store: the host moves no data), with the default GC settings:
-    /// GC starts below 3 free zones, stops at 5, 8 copies in flight.
+    /// data store: the host moves no data). GC keeps one free zone per
+    /// chip group for its copies, starts below two more, stops at four
+    /// more, with two copies per chip in flight.
     pub fn new(dev: ZonedSsd, pages: u64) -> Result<HostLog, ZonedError> {
         let zones = dev.zone_count();
         let cap = dev.zone_capacity();
-        // Room for the user's zone, GC's zone, and GC's watermarks.
-        let needed = pages.div_ceil(cap) + 6;
+        let groups = dev.chip_groups();
+        // Room for the open zones (user streams and GC's) and GC's
+        // reserve and watermarks.
+        let needed = pages.div_ceil(cap) + 3 * u64::from(groups) + 4;
         if u64::from(zones) < needed {
             return Err(ZonedError::Config(format!(
                 "a host log of {pages} pages needs {needed} zones of {cap} pages, the device has {zones}"
@@ -143,15 +151,17 @@ impl HostLog {
             valid: vec![0; zones as usize],
             free: (0..zones).collect(),
             sealed: vec![false; zones as usize],
-            user: None,
-            gc_zone: None,
+            streams: vec![None; 2 * groups as usize],
+            next_stream: 0,
+            next_gc_stream: 0,
+            groups,
             victim: None,
             gc_inflight: 0,
-            gc_qd: 8,
-            gc_low: 3,
-            gc_high: 5,
+            // Enough copies in flight to keep every chip busy.
+            gc_qd: 2 * dev.config().nand.channels * dev.config().nand.chips_per_channel,
+            gc_low: groups as usize + 2,
+            gc_high: groups as usize + 4,
             reclaiming: false,
-            resetting: false,
             failure: None,
             events: BinaryHeap::new(),
             seq: 0,
@@ -219,30 +229,62 @@ impl HostLog {
         }
     }
 
-    /// The next page of `stream`'s zone, opening a free zone if needed;
-    /// `None` if the user stream would take one of the zones GC keeps.
-    fn next_page(&mut self, gc: bool) -> Option<(u32, u64)> {
-        let cur = if gc { self.gc_zone } else { self.user };
-        let (zone, off) = match cur {
+    fn is_gc(&self, stream: usize) -> bool {
+        stream >= self.groups as usize
+    }
+
+    /// Pages `stream` can still take without a zone GC keeps.
+    fn room(&self, stream: usize) -> u64 {
+        let open = match self.streams[stream] {
+            Some((_, off)) => self.cap - off,
+            None => 0,
+        };
+        let spare = if self.is_gc(stream) {
+            self.free.len()
+        } else {
+            self.free.len().saturating_sub(self.groups as usize)
+        };
+        open + spare as u64 * self.cap
+    }
+
+    /// The GC stream the next copy goes to: round robin, but one that
+    /// needs no zone if no zone is free.
+    fn gc_stream(&mut self) -> usize {
+        let g = self.groups as usize;
+        for k in 0..g {
+            let s = g + (self.next_gc_stream + k) % g;
+            if self.room(s) > 0 {
+                self.next_gc_stream = (s - g + 1) % g;
+                return s;
+            }
+        }
+        g + self.next_gc_stream
+    }
+
+    /// The next page of `stream`'s zone, opening a free zone (of the
+    /// stream's chip group if there is one) if needed; `None` if a user
+    /// stream would take one of the last `groups` free zones, which GC
+    /// keeps so that reclaim always has somewhere to copy to.
+    fn next_page(&mut self, stream: usize) -> Option<(u32, u64)> {
+        let (zone, off) = match self.streams[stream] {
             Some((z, off)) if off < self.cap => (z, off),
             _ => {
-                // The last free zone is GC's, so that reclaim always
-                // has somewhere to copy to.
-                if !gc && self.free.len() <= 1 {
+                if !self.is_gc(stream) && self.free.len() <= self.groups as usize {
                     return None;
                 }
-                (self.free.pop_front()?, 0)
+                let group = stream as u32 % self.groups;
+                let at = self
+                    .free
+                    .iter()
+                    .position(|&z| z % self.groups == group)
+                    .unwrap_or(0);
+                (self.free.remove(at)?, 0)
             }
         };
-        let next = Some((zone, off + 1));
         if off + 1 == self.cap {
             self.sealed[zone as usize] = true;
         }
-        if gc {
-            self.gc_zone = next;
-        } else {
-            self.user = next;
-        }
+        self.streams[stream] = Some((zone, off + 1));
         Some((zone, off))
     }
 
@@ -265,17 +307,14 @@ impl HostLog {
     /// Serve a user write at `t`, or queue it if no zone has room.
     fn write(&mut self, t: u64, req: Request, submit_ns: u64) -> Result<bool, ZonedError> {
         // All its pages must fit before any is written (no partial writes).
-        let room_user = match self.user {
-            Some((_, off)) => self.cap - off,
-            None => 0,
-        };
-        let spare_zones = self.free.len().saturating_sub(1) as u64;
-        if u64::from(req.pages) > room_user + spare_zones * self.cap {
+        let stream = self.next_stream;
+        if u64::from(req.pages) > self.room(stream) {
             return Ok(false);
         }
+        self.next_stream = (stream + 1) % self.groups as usize;
         let mut done = t;
         for i in 0..u64::from(req.pages) {
-            let Some((zone, off)) = self.next_page(false) else {
+            let Some((zone, off)) = self.next_page(stream) else {
                 unreachable!("room was checked above");
             };
             let d = self
@@ -326,7 +365,7 @@ impl HostLog {
         } else if self.free.len() >= self.gc_high {
             self.reclaiming = false;
         }
-        if self.victim.is_none() && !self.resetting && self.reclaiming {
+        if self.victim.is_none() && self.reclaiming {
             // Greedy: the sealed zone with the fewest valid pages.
             let v = (0..self.sealed.len())
                 .filter(|&z| self.sealed[z])
@@ -345,7 +384,6 @@ impl HostLog {
                     self.victim = None;
                     let end = self.dev.reset(t, u64::from(v))?;
                     self.stats.host_resets += 1;
-                    self.resetting = true;
                     self.push(end, Event::ResetDone { zone: v });
                 }
                 break;
@@ -387,7 +425,8 @@ impl HostLog {
             Event::GcRead { lpn, zone, off } => {
                 let here = u64::from(zone) * self.cap + u64::from(off);
                 if self.l2p[lpn as usize] == here {
-                    let Some((gz, goff)) = self.next_page(true) else {
+                    let stream = self.gc_stream();
+                    let Some((gz, goff)) = self.next_page(stream) else {
                         return Err(ZonedError::Config(
                             "host GC found no free zone to copy to (working set too large)".into(),
                         ));
@@ -405,7 +444,6 @@ impl HostLog {
             Event::GcWritten => self.gc_inflight -= 1,
             Event::ResetDone { zone } => {
                 debug_assert_eq!(self.valid[zone as usize], 0);
-                self.resetting = false;
                 self.free.push_back(zone);
                 while let Some(&(submit, req)) = self.blocked.front() {
                     if !self.write(t, req, submit)? {

@@ -421,6 +421,12 @@ impl ZonedSsd {
         self.zones.limits().zone_pages
     }
 
+    /// Groups of chips zones stripe over: zone `z` lies on group
+    /// `z % chip_groups()`, so zones of different groups share no chip.
+    pub fn chip_groups(&self) -> u32 {
+        self.layout.groups
+    }
+
     /// Writable pages per zone.
     pub fn zone_capacity(&self) -> u64 {
         self.zones.limits().capacity

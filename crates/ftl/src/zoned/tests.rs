@@ -208,7 +208,7 @@ fn the_host_log_reclaims_zones_itself_and_the_device_never_copies() {
     use crate::sim::Simulator;
     use crate::workload::WorkloadSpec;
     let dev = ZonedSsd::new(timing_only()).unwrap();
-    let pages = u64::from(dev.zone_count()) * dev.zone_capacity() * 7 / 10;
+    let pages = u64::from(dev.zone_count()) * dev.zone_capacity() * 6 / 10;
     let mut sim = Simulator::new(HostLog::new(dev, pages).unwrap());
     let mut fill = WorkloadSpec::sequential_fill(pages, 1).build().unwrap();
     sim.run_closed("fill", &mut fill, 4).unwrap();
