@@ -12,6 +12,7 @@ mod sim;
 mod sweep;
 #[cfg(feature = "ublk")]
 mod ublk;
+mod zoned;
 
 #[derive(Parser)]
 #[command(

@@ -18,6 +18,8 @@ use ptsd_ftl::workload::{precondition, Access, WorkloadKind, WorkloadSpec};
 use ptsd_ftl::{FtlConfig, FtlStats, SchedulerKind, SchemeConfig, Ssd};
 use serde::Serialize;
 
+use crate::zoned::ZonedArgs;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum FtlKind {
     /// Full page map in DRAM.
@@ -52,6 +54,41 @@ pub struct SimArgs {
     /// --paper: simulation threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+
+    /// Simulate a zoned (ZNS) SSD on the same NAND board, --size of zones:
+    /// run --zoned-workload on it (at --qd, --request-pages, --requests),
+    /// or with --compare the conventional-vs-zoned experiment.
+    #[arg(long)]
+    zoned: bool,
+    /// --zoned: seqwrite[:ZONES] (ZONES written at once), append[:ZONES]
+    /// (--qd writers appending to ZONES zones), randread or reset.
+    #[arg(long, default_value = "seqwrite:4")]
+    zoned_workload: String,
+    /// --zoned: chips each zone stripes over (0: all).
+    #[arg(long, default_value_t = 8)]
+    stripe: u32,
+    /// --zoned: writable pages per zone [default: the zone size].
+    #[arg(long)]
+    zone_capacity: Option<u64>,
+    /// --zoned: maximum open zones (0: no limit).
+    #[arg(long, default_value_t = 14)]
+    max_open: u32,
+    /// --zoned: maximum active zones (0: no limit).
+    #[arg(long, default_value_t = 14)]
+    max_active: u32,
+    /// --zoned: the same host workload (fill, random overwrites, then
+    /// --mixed-reads % reads) on the conventional SSD (device GC) and on
+    /// the zoned SSD under a host log-structured layer (host GC), --size
+    /// logical at --op spare; a table, JSON and read-latency CDF plots go
+    /// to --zoned-out.
+    #[arg(long, requires = "zoned")]
+    compare: bool,
+    /// --compare: reads in the mixed phase, in percent.
+    #[arg(long, default_value_t = 70)]
+    mixed_reads: u8,
+    /// --compare: where to write the JSON, table and plots.
+    #[arg(long, default_value = "target/zns")]
+    zoned_out: PathBuf,
 
     /// Mapping scheme.
     #[arg(long, value_enum, default_value = "ptsd")]
@@ -316,7 +353,7 @@ impl LazyBar {
     }
 }
 
-fn print_outputs(table: &str, json: Option<String>) -> Result<()> {
+pub(crate) fn print_outputs(table: &str, json: Option<String>) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match json {
         Some(j) => {
@@ -337,6 +374,28 @@ pub fn run(args: SimArgs) -> Result<()> {
     }
     if args.paper {
         return run_paper(&args);
+    }
+    if args.zoned {
+        return crate::zoned::run(&ZonedArgs {
+            compare: args.compare,
+            workload: &args.zoned_workload,
+            size: args.size,
+            op: args.op,
+            qd: args.qd,
+            request_pages: args.request_pages,
+            requests: args.requests,
+            seed: args.seed,
+            channels: args.channels,
+            chips: args.chips,
+            pages_per_block: args.pages_per_block,
+            stripe: args.stripe,
+            zone_capacity: args.zone_capacity,
+            max_open: args.max_open,
+            max_active: args.max_active,
+            mixed_reads: args.mixed_reads,
+            out: &args.zoned_out,
+            json: args.json,
+        });
     }
     let (cfg, report) = simulate(&args, true)?;
     #[derive(Serialize)]
@@ -367,6 +426,9 @@ pub fn run(args: SimArgs) -> Result<()> {
 /// one run simulates.
 pub const NOT_SWEEPABLE: &[&str] = &[
     "paper",
+    "zoned",
+    "compare",
+    "zoned-out",
     "json",
     "sweep",
     "shard",

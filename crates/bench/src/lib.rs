@@ -29,3 +29,4 @@ pub mod fsbench;
 pub mod paper_ftl;
 pub mod plot;
 pub mod sweep;
+pub mod zns;

@@ -63,6 +63,7 @@ pub mod sim;
 pub mod stats;
 pub mod trace;
 pub mod workload;
+pub mod zoned;
 pub use image::{ImageError, PersistentStore};
 pub use ssd::{DataIo, Done, Payload, Ssd};
 pub use store::{MemStore, NoStore, Oob, PageKind, Store, StoreError};
