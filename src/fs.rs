@@ -25,6 +25,10 @@ pub struct MkfsArgs {
     /// Without it the device's whole size is used.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
+    /// Owner of the root directory, UID:GID (numbers) [default: the user
+    /// running mkfs].
+    #[arg(long, value_parser = parse_owner, value_name = "UID:GID")]
+    pub root_owner: Option<(u32, u32)>,
 }
 
 #[derive(Args, Debug)]
@@ -77,9 +81,19 @@ pub struct MountArgs {
     /// this flag, after saying so.
     #[arg(long)]
     pub discard_missing_journal: bool,
-    /// Let other users access the mount.
+    /// Let other users access the mount (a user other than root needs
+    /// `user_allow_other` in /etc/fuse.conf for it).
     #[arg(long)]
     pub allow_other: bool,
+    /// Owner of the root directory when this mount creates the file system
+    /// (the default device's first mount), UID:GID [default: the user
+    /// running the mount].
+    #[arg(long, value_parser = parse_owner, value_name = "UID:GID")]
+    pub root_owner: Option<(u32, u32)>,
+    /// Print nothing on success (what `mount -t fuse.ptsd` does unless
+    /// given -v).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// FUSE worker threads (default: 1 per CPU, at least 2).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -138,16 +152,36 @@ pub fn mkfs_cmd(a: &MkfsArgs) -> Result<()> {
             a.device.display()
         );
     }
-    let f = ptsd_stack::mkfs(&DeviceSpec::Path(a.device.clone()), a.size, lock_wait())?;
+    let (uid, gid) = a.root_owner.unwrap_or_else(ptsd_stack::invoking_user);
+    let opts = ptsd_fs::MkfsOptions {
+        root_owner: (uid, gid),
+        ..Default::default()
+    };
+    let f = ptsd_stack::mkfs_with(
+        &DeviceSpec::Path(a.device.clone()),
+        a.size,
+        lock_wait(),
+        &opts,
+    )?;
     let sb = &f.superblock;
     outln!(
-        "ptsd mkfs: {} blocks of 4096 bytes ({} MiB) on {}, uuid {}",
+        "ptsd mkfs: {} blocks of 4096 bytes ({} MiB) on {}, uuid {}, root directory owned by {uid}:{gid}",
         sb.num_blocks,
         (sb.num_blocks * 4096) >> 20,
         a.device.display(),
         sb.uuid_hex()
     );
     Ok(())
+}
+
+/// `UID:GID`, both numbers (as `mke2fs -E root_owner=`).
+fn parse_owner(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{s:?}: expected UID:GID, two numbers (e.g. 1000:1000)");
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((
+        u.trim().parse().map_err(|_| bad())?,
+        g.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 /// The stack `--device`/`--data-dir`/`--journal` name (shared by mount and
@@ -210,12 +244,35 @@ fn pid_file(dir: &Path) -> PathBuf {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    let base = if Path::new("/run").is_dir() {
-        PathBuf::from("/run/ptsd")
-    } else {
-        std::env::temp_dir().join("ptsd-run")
-    };
-    base.join(format!("{name}.pid"))
+    run_dir().join(format!("{name}.pid"))
+}
+
+/// Where the mount daemon's pid file and log go: /run/ptsd for root; a
+/// user may not write there, so theirs are in $XDG_RUNTIME_DIR/ptsd, or
+/// /tmp/ptsd-run-UID (made 0700: other users must not plant a pid there
+/// for `ptsd umount` to wait on).
+fn run_dir() -> PathBuf {
+    let (uid, _) = ptsd_stack::invoking_user();
+    if uid == 0 && Path::new("/run").is_dir() {
+        return PathBuf::from("/run/ptsd");
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_dir()) {
+        return PathBuf::from(d).join("ptsd");
+    }
+    std::env::temp_dir().join(format!("ptsd-run-{uid}"))
+}
+
+/// Create [`run_dir`] for this user only; `None` if it exists but is not
+/// theirs alone (then no pid file: `ptsd umount` does not wait).
+fn make_run_dir(dir: &Path) -> Option<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    let m = std::fs::symlink_metadata(dir).ok()?;
+    let (uid, _) = ptsd_stack::invoking_user();
+    (m.is_dir() && m.uid() == uid && (uid == 0 || m.mode() & 0o022 == 0)).then_some(())
 }
 
 fn open_stack(a: &MountArgs) -> Result<Stack> {
@@ -231,7 +288,17 @@ fn open_stack(a: &MountArgs) -> Result<Stack> {
     if a.discard_missing_journal {
         spec.missing_journal = MissingJournal::Discard;
     }
+    if let Some(owner) = a.root_owner {
+        spec.root_owner = owner;
+    }
     Ok(Stack::open(spec)?)
+}
+
+/// /etc/fuse.conf lets users mount with allow_other (fusermount3's rule).
+fn user_allow_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf")
+        .map(|t| t.lines().any(|l| l.trim() == "user_allow_other"))
+        .unwrap_or(false)
 }
 
 /// Apply `-o` options from mount(8).
@@ -294,6 +361,12 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
     if !a.dir.is_dir() {
         bail!("mount point {} is not a directory", a.dir.display());
     }
+    if a.allow_other && ptsd_stack::invoking_user().0 != 0 && !user_allow_other() {
+        bail!(
+            "allow_other: a user other than root may use it only when /etc/fuse.conf has \
+             the line `user_allow_other` (root adds it); mount without it otherwise"
+        );
+    }
     if a.foreground {
         return serve(&a, None);
     }
@@ -318,7 +391,11 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
         let mut msg = String::new();
         let _ = r.read_to_string(&mut msg);
         if let Some(ok) = msg.strip_prefix("OK ") {
-            outln!("{ok}");
+            // On stderr: stdout stays clean for scripts; `-q` and the
+            // mount(8) helper print nothing on success.
+            if !a.quiet {
+                eoutln!("{ok}");
+            }
             return Ok(());
         }
         bail!(
@@ -411,10 +488,10 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     // below serves, may lower it once; the thread sets it again).
     ptsd_fs::fuse::raise_readahead(&a.dir);
     let pidf = pid_file(&a.dir);
-    if let Some(parent) = pidf.parent() {
-        let _ = std::fs::create_dir_all(parent);
+    let have_run_dir = pidf.parent().and_then(make_run_dir).is_some();
+    if have_run_dir {
+        let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
     }
-    let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
     let mut line = String::new();
     for n in &info.notes {
         line.push_str(&format!("ptsd: {n}\n"));
@@ -437,11 +514,23 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
                 .write(true)
                 .open("/dev/null")
             {
-                let err = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                    .unwrap_or(null.try_clone()?);
+                let log = have_run_dir
+                    .then(|| {
+                        std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&log)
+                            .ok()
+                    })
+                    .flatten();
+                let err = match log {
+                    Some(mut f) => {
+                        // The log starts with what the mount would print.
+                        let _ = writeln!(f, "{line}");
+                        f
+                    }
+                    None => null.try_clone()?,
+                };
                 // SAFETY: dup2 onto the standard descriptors of this process.
                 unsafe {
                     libc::dup2(null.as_raw_fd(), 0);
@@ -450,8 +539,10 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
                 }
             }
         }
-        None => outln!("{line}"),
+        None if !a.quiet => eoutln!("{line}"),
+        None => {}
     }
+
     // Returns once the kernel unmounted, with /dev/fuse closed: a new
     // mount that meets our locks during the close below sees we no longer
     // serve and waits for them instead of refusing.
@@ -549,8 +640,16 @@ pub fn umount_cmd(a: &UmountArgs) -> Result<()> {
             .arg("-u")
             .arg(&a.dir)
             .status();
-        if !st.map(|s| s.success()).unwrap_or(false) {
-            bail!("unmounting {}: {err}", a.dir.display());
+        match st {
+            Ok(s) if s.success() => {}
+            Ok(_) => bail!(
+                "unmounting {}: {err}; fusermount3 -u failed",
+                a.dir.display()
+            ),
+            Err(e) => bail!(
+                "unmounting {}: {err}; fusermount3 (package fuse3) could not run: {e}",
+                a.dir.display()
+            ),
         }
     }
     // Wait for the daemon's clean shutdown (checkpoint, superblock clean).
@@ -579,6 +678,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
     let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
     let mut pos = Vec::new();
     let mut options = Vec::new();
+    let mut verbose = false;
     let mut i = 0;
     while i < rest.len() {
         match rest[i].as_str() {
@@ -590,7 +690,12 @@ pub fn mount_helper_main() -> Option<Result<()>> {
                 options.push(s[2..].to_string());
                 i += 1;
             }
-            s if s.starts_with('-') => i += 1, // -n, -v, -s: nothing to do
+            // mount(8) helpers print nothing on success unless mount -v.
+            "-v" => {
+                verbose = true;
+                i += 1;
+            }
+            s if s.starts_with('-') => i += 1, // -n, -s: nothing to do
             s => {
                 pos.push(s.to_string());
                 i += 1;
@@ -614,6 +719,8 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         data_dir: None,
         discard_missing_journal: false,
         allow_other: false,
+        root_owner: None,
+        quiet: !verbose,
         threads: None,
         foreground: false,
         op_counts: None,
