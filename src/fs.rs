@@ -542,7 +542,6 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
         None if !a.quiet => eoutln!("{line}"),
         None => {}
     }
-
     // Returns once the kernel unmounted, with /dev/fuse closed: a new
     // mount that meets our locks during the close below sees we no longer
     // serve and waits for them instead of refusing.
@@ -755,6 +754,15 @@ mod tests {
             Mkfs::try_parse_from(["mkfs", "disk.img", "--size", size]).map(|m| m.a.size)
         };
         assert_eq!(mkfs("4GiB").unwrap(), Some(4 << 30));
+        // The root directory's owner: two numbers, or a clear error.
+        let owner = |o: &str| {
+            Mkfs::try_parse_from(["mkfs", "disk.img", "--root-owner", o]).map(|m| m.a.root_owner)
+        };
+        assert_eq!(owner("1000:100").unwrap(), Some((1000, 100)));
+        for bad in ["1000", "alice:users", "1000:", "1:2:3"] {
+            let e = owner(bad).unwrap_err().to_string();
+            assert!(e.contains("expected UID:GID"), "{bad}: {e}");
+        }
         assert_eq!(mkfs("4G").unwrap(), Some(4 << 30));
         assert_eq!(mkfs("2GB").unwrap(), Some(2_000_000_000));
         assert!(mkfs("4 parsecs").is_err());

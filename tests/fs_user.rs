@@ -242,6 +242,16 @@ fn session(user: &User, home: &Path, opt: &str, device: Option<&Path>, run_dir: 
     assert_eq!(meta.uid(), user.uid);
     let run_meta = std::fs::metadata(run_dir).unwrap();
     assert_eq!(run_meta.mode() & 0o777, 0o700, "{}", run_dir.display());
+    if msg.contains("FUSE over io_uring,") {
+        // Really served by the queue threads, not /dev/fuse.
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let queues = std::fs::read_dir(format!("/proc/{}/task", pid.trim()))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|c| c.starts_with("ptsd-uring-"))
+            .count();
+        assert!(queues > 0, "no io_uring queue threads: {msg}");
+    }
 
     // umount(2) is root's: `ptsd umount` goes through fusermount3 and
     // returns once the daemon has shut down cleanly.
