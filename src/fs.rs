@@ -16,6 +16,8 @@ use ptsd_fs::opcount::{Counted, OpCounts};
 use ptsd_fs::uring::{self, UringInit};
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
+use crate::userpaths::{make_run_dir, pid_file, user_allow_other};
+
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
     /// Image file or block device to format.
@@ -237,44 +239,6 @@ fn default_data_dir() -> PathBuf {
     }
 }
 
-fn pid_file(dir: &Path) -> PathBuf {
-    let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let name: String = canon
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    run_dir().join(format!("{name}.pid"))
-}
-
-/// Where the mount daemon's pid file and log go: /run/ptsd for root; a
-/// user may not write there, so theirs are in $XDG_RUNTIME_DIR/ptsd, or
-/// /tmp/ptsd-run-UID (made 0700: other users must not plant a pid there
-/// for `ptsd umount` to wait on).
-fn run_dir() -> PathBuf {
-    let (uid, _) = ptsd_stack::invoking_user();
-    if uid == 0 && Path::new("/run").is_dir() {
-        return PathBuf::from("/run/ptsd");
-    }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_dir()) {
-        return PathBuf::from(d).join("ptsd");
-    }
-    std::env::temp_dir().join(format!("ptsd-run-{uid}"))
-}
-
-/// Create [`run_dir`] for this user only; `None` if it exists but is not
-/// theirs alone (then no pid file: `ptsd umount` does not wait).
-fn make_run_dir(dir: &Path) -> Option<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
-    let m = std::fs::symlink_metadata(dir).ok()?;
-    let (uid, _) = ptsd_stack::invoking_user();
-    (m.is_dir() && m.uid() == uid && (uid == 0 || m.mode() & 0o022 == 0)).then_some(())
-}
-
 fn open_stack(a: &MountArgs) -> Result<Stack> {
     let mut spec = spec_of(&a.device, &a.data_dir, &a.journal);
     spec.journal_bytes = a.journal_size;
@@ -292,13 +256,6 @@ fn open_stack(a: &MountArgs) -> Result<Stack> {
         spec.root_owner = owner;
     }
     Ok(Stack::open(spec)?)
-}
-
-/// /etc/fuse.conf lets users mount with allow_other (fusermount3's rule).
-fn user_allow_other() -> bool {
-    std::fs::read_to_string("/etc/fuse.conf")
-        .map(|t| t.lines().any(|l| l.trim() == "user_allow_other"))
-        .unwrap_or(false)
 }
 
 /// Apply `-o` options from mount(8).

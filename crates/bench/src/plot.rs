@@ -73,11 +73,26 @@ impl LegendLayout {
     }
 }
 
-/// One legend entry: a label and its series' colour.
+/// One legend entry: a label and its series' colour (see [`draw_legend`]).
 pub type LegendEntry<'a> = (&'a str, RGBAColor);
 
 /// Draw `entries` top-down in `area` (the legend column of a
 /// [`LegendLayout`]), each a colour swatch and its label.
+///
+/// ```
+/// use plotters::prelude::*;
+/// use ptsd_bench::plot::{draw_legend, LegendLayout};
+///
+/// let layout = LegendLayout::beside((400, 300), &["dftl", "ptsd"]);
+/// let mut svg = String::new();
+/// {
+///     let root = SVGBackend::with_string(&mut svg, layout.size).into_drawing_area();
+///     let (_chart, legend) = root.split_horizontally(layout.left);
+///     draw_legend(&legend, &[("dftl", RED.to_rgba()), ("ptsd", BLUE.to_rgba())]).unwrap();
+///     root.present().unwrap();
+/// }
+/// assert!(svg.contains("dftl") && svg.contains("ptsd"));
+/// ```
 pub fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     entries: &[LegendEntry<'_>],

@@ -53,6 +53,7 @@ pub struct StackSpec {
 /// ```
 /// // Root's tests see (0, 0); a user's process, their own ids.
 /// let (uid, _gid) = ptsd_stack::invoking_user();
+/// // SAFETY: geteuid has no preconditions.
 /// assert_eq!(uid, unsafe { libc::geteuid() });
 /// ```
 pub fn invoking_user() -> (u32, u32) {
