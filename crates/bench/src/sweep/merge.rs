@@ -282,12 +282,12 @@ fn mixed(dir: &Path, groups: &[(String, usize, Vec<String>)]) -> String {
     }
     let same_sweep = groups.iter().all(|(f, _, _)| *f == groups[0].0);
     text.push_str(if same_sweep {
-        "\nThe same sweep, sharded two ways: a task rerun as an array of one (`sbatch --array=K`) \
-         without a shard count ran the whole sweep as shard 0 of 1. Keep one sharding: move the \
-         other's files out of the directory (e.g. the shard-*-of-0001.jsonl of such a rerun), \
-         and rerun a task with its count given: `PTSD_SHARD_COUNT=N sbatch --array=K ...`, \
-         `shards = N` in the sweep file, or `scontrol requeue JOBID_K` for a task of a job \
-         Slurm still knows."
+        "\nThe same sweep, sharded two ways (a run of the whole sweep writes \
+         shard-0000-of-0001.jsonl; so did a Slurm task rerun as an array of one, \
+         `sbatch --array=K`, before the count came from the sweep). Keep one sharding: move \
+         the other's files out of the directory, and rerun a missing task with its count \
+         given: `PTSD_SHARD_COUNT=N sbatch --array=K ...`, `shards = N` in the sweep file, \
+         or `scontrol requeue JOBID_K` for a task of a job Slurm still knows."
     } else {
         "\nTwo different sweeps (or a sweep file edited between runs) wrote here: give each \
          sweep its own --sweep-out directory, and move the files of the one you do not merge \

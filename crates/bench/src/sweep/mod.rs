@@ -336,7 +336,7 @@ impl Shard {
                     .to_string(),
             };
             return Err(SweepError::BadShard(format!(
-                "Slurm array task {id} of {what} cannot tell how many shards the sweep has: \
+                "for Slurm array task {id}: {what} cannot tell how many shards the sweep has: \
                  set PTSD_SHARD_COUNT=N (`PTSD_SHARD_COUNT=N sbatch --array={id} ...`) \
                  or put `shards = N` at the top of the sweep file, N being the array size \
                  the sweep was first submitted with"
