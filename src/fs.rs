@@ -16,6 +16,8 @@ use ptsd_fs::fuse::MountOpts;
 use ptsd_fs::opcount::OpCounts;
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
+use crate::userpaths::{make_run_dir, pid_file, user_allow_other};
+
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
     /// Image file or block device to format.
@@ -25,6 +27,10 @@ pub struct MkfsArgs {
     /// Without it the device's whole size is used.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
+    /// Owner of the root directory, UID:GID (numbers) [default: the user
+    /// running mkfs].
+    #[arg(long, value_parser = parse_owner, value_name = "UID:GID")]
+    pub root_owner: Option<(u32, u32)>,
 }
 
 #[derive(Args, Debug)]
@@ -77,9 +83,19 @@ pub struct MountArgs {
     /// this flag, after saying so.
     #[arg(long)]
     pub discard_missing_journal: bool,
-    /// Let other users access the mount.
+    /// Let other users access the mount (a user other than root needs
+    /// `user_allow_other` in /etc/fuse.conf for it).
     #[arg(long)]
     pub allow_other: bool,
+    /// Owner of the root directory when this mount creates the file system
+    /// (the default device's first mount), UID:GID [default: the user
+    /// running the mount].
+    #[arg(long, value_parser = parse_owner, value_name = "UID:GID")]
+    pub root_owner: Option<(u32, u32)>,
+    /// Print nothing on success (what `mount -t fuse.ptsd` does unless
+    /// given -v).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// FUSE worker threads (default: 1 per CPU, at least 2).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -138,16 +154,36 @@ pub fn mkfs_cmd(a: &MkfsArgs) -> Result<()> {
             a.device.display()
         );
     }
-    let f = ptsd_stack::mkfs(&DeviceSpec::Path(a.device.clone()), a.size, lock_wait())?;
+    let (uid, gid) = a.root_owner.unwrap_or_else(ptsd_stack::invoking_user);
+    let opts = ptsd_fs::MkfsOptions {
+        root_owner: (uid, gid),
+        ..Default::default()
+    };
+    let f = ptsd_stack::mkfs_with(
+        &DeviceSpec::Path(a.device.clone()),
+        a.size,
+        lock_wait(),
+        &opts,
+    )?;
     let sb = &f.superblock;
     outln!(
-        "ptsd mkfs: {} blocks of 4096 bytes ({} MiB) on {}, uuid {}",
+        "ptsd mkfs: {} blocks of 4096 bytes ({} MiB) on {}, uuid {}, root directory owned by {uid}:{gid}",
         sb.num_blocks,
         (sb.num_blocks * 4096) >> 20,
         a.device.display(),
         sb.uuid_hex()
     );
     Ok(())
+}
+
+/// `UID:GID`, both numbers (as `mke2fs -E root_owner=`).
+fn parse_owner(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{s:?}: expected UID:GID, two numbers (e.g. 1000:1000)");
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((
+        u.trim().parse().map_err(|_| bad())?,
+        g.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 /// The stack `--device`/`--data-dir`/`--journal` name (shared by mount and
@@ -203,21 +239,6 @@ fn default_data_dir() -> PathBuf {
     }
 }
 
-fn pid_file(dir: &Path) -> PathBuf {
-    let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let name: String = canon
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let base = if Path::new("/run").is_dir() {
-        PathBuf::from("/run/ptsd")
-    } else {
-        std::env::temp_dir().join("ptsd-run")
-    };
-    base.join(format!("{name}.pid"))
-}
-
 fn open_stack(a: &MountArgs) -> Result<Stack> {
     let mut spec = spec_of(&a.device, &a.data_dir, &a.journal);
     spec.journal_bytes = a.journal_size;
@@ -230,6 +251,9 @@ fn open_stack(a: &MountArgs) -> Result<Stack> {
     }
     if a.discard_missing_journal {
         spec.missing_journal = MissingJournal::Discard;
+    }
+    if let Some(owner) = a.root_owner {
+        spec.root_owner = owner;
     }
     Ok(Stack::open(spec)?)
 }
@@ -294,6 +318,12 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
     if !a.dir.is_dir() {
         bail!("mount point {} is not a directory", a.dir.display());
     }
+    if a.allow_other && ptsd_stack::invoking_user().0 != 0 && !user_allow_other() {
+        bail!(
+            "allow_other: a user other than root may use it only when /etc/fuse.conf has \
+             the line `user_allow_other` (root adds it); mount without it otherwise"
+        );
+    }
     if a.foreground {
         return serve(&a, None);
     }
@@ -318,7 +348,11 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
         let mut msg = String::new();
         let _ = r.read_to_string(&mut msg);
         if let Some(ok) = msg.strip_prefix("OK ") {
-            outln!("{ok}");
+            // On stderr: stdout stays clean for scripts; `-q` and the
+            // mount(8) helper print nothing on success.
+            if !a.quiet {
+                eoutln!("{ok}");
+            }
             return Ok(());
         }
         bail!(
@@ -389,10 +423,10 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     let announce = |served: &frontend::Served| {
         // From a thread, without a request to the mount.
         ptsd_fs::fuse::raise_readahead(&a.dir);
-        if let Some(parent) = pidf.parent() {
-            let _ = std::fs::create_dir_all(parent);
+        let have_run_dir = pidf.parent().and_then(make_run_dir).is_some();
+        if have_run_dir {
+            let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
         }
-        let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
         let mut line = String::new();
         for n in &info.notes {
             line.push_str(&format!("ptsd: {n}\n"));
@@ -406,8 +440,9 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             stack.durability()
         ));
         match notify_err.take() {
-            Some(w) => detach(w, &line, &pidf),
-            None => outln!("{line}"),
+            Some(w) => detach(w, &line, have_run_dir.then_some(pidf.as_path())),
+            None if !a.quiet => eoutln!("{line}"),
+            None => {}
         }
     };
     // Returns once the kernel unmounted, with /dev/fuse closed and the
@@ -441,10 +476,12 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
 
 /// Tells the waiting parent the mount is up, then detaches from the
 /// terminal; errors go to a log beside the pid file.
-fn detach(mut w: std::fs::File, line: &str, pidf: &Path) {
+/// Hands the mount's line to the waiting parent, then detaches from the
+/// terminal; errors go to a log beside the pid file (when the run
+/// directory could be made), which starts with that line.
+fn detach(mut w: std::fs::File, line: &str, pidf: Option<&Path>) {
     let _ = write!(w, "OK {line}");
     drop(w);
-    let log = pidf.with_extension("log");
     let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -452,13 +489,22 @@ fn detach(mut w: std::fs::File, line: &str, pidf: &Path) {
     else {
         return;
     };
-    let err = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .or_else(|_| null.try_clone());
-    let Ok(err) = err else {
-        return;
+    let log = pidf.and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p.with_extension("log"))
+            .ok()
+    });
+    let err = match log {
+        Some(mut f) => {
+            let _ = writeln!(f, "{line}");
+            f
+        }
+        None => match null.try_clone() {
+            Ok(n) => n,
+            Err(_) => return,
+        },
     };
     // SAFETY: dup2 onto the standard descriptors of this process.
     unsafe {
@@ -484,8 +530,16 @@ pub fn umount_cmd(a: &UmountArgs) -> Result<()> {
             .arg("-u")
             .arg(&a.dir)
             .status();
-        if !st.map(|s| s.success()).unwrap_or(false) {
-            bail!("unmounting {}: {err}", a.dir.display());
+        match st {
+            Ok(s) if s.success() => {}
+            Ok(_) => bail!(
+                "unmounting {}: {err}; fusermount3 -u failed",
+                a.dir.display()
+            ),
+            Err(e) => bail!(
+                "unmounting {}: {err}; fusermount3 (package fuse3) could not run: {e}",
+                a.dir.display()
+            ),
         }
     }
     // Wait for the daemon's clean shutdown (checkpoint, superblock clean).
@@ -514,6 +568,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
     let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
     let mut pos = Vec::new();
     let mut options = Vec::new();
+    let mut verbose = false;
     let mut i = 0;
     while i < rest.len() {
         match rest[i].as_str() {
@@ -525,7 +580,12 @@ pub fn mount_helper_main() -> Option<Result<()>> {
                 options.push(s[2..].to_string());
                 i += 1;
             }
-            s if s.starts_with('-') => i += 1, // -n, -v, -s: nothing to do
+            // mount(8) helpers print nothing on success unless mount -v.
+            "-v" => {
+                verbose = true;
+                i += 1;
+            }
+            s if s.starts_with('-') => i += 1, // -n, -s: nothing to do
             s => {
                 pos.push(s.to_string());
                 i += 1;
@@ -549,6 +609,8 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         data_dir: None,
         discard_missing_journal: false,
         allow_other: false,
+        root_owner: None,
+        quiet: !verbose,
         threads: None,
         foreground: false,
         op_counts: None,
@@ -583,6 +645,15 @@ mod tests {
             Mkfs::try_parse_from(["mkfs", "disk.img", "--size", size]).map(|m| m.a.size)
         };
         assert_eq!(mkfs("4GiB").unwrap(), Some(4 << 30));
+        // The root directory's owner: two numbers, or a clear error.
+        let owner = |o: &str| {
+            Mkfs::try_parse_from(["mkfs", "disk.img", "--root-owner", o]).map(|m| m.a.root_owner)
+        };
+        assert_eq!(owner("1000:100").unwrap(), Some((1000, 100)));
+        for bad in ["1000", "alice:users", "1000:", "1:2:3"] {
+            let e = owner(bad).unwrap_err().to_string();
+            assert!(e.contains("expected UID:GID"), "{bad}: {e}");
+        }
         assert_eq!(mkfs("4G").unwrap(), Some(4 << 30));
         assert_eq!(mkfs("2GB").unwrap(), Some(2_000_000_000));
         assert!(mkfs("4 parsecs").is_err());

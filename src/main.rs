@@ -12,6 +12,7 @@ mod sim;
 mod sweep;
 #[cfg(feature = "ublk")]
 mod ublk;
+mod userpaths;
 mod zoned;
 
 #[derive(Parser)]

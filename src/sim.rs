@@ -185,9 +185,10 @@ pub struct SimArgs {
     /// `map_memory`). Writes one JSON-lines file per shard into --sweep-out.
     #[arg(long, value_name = "SWEEP.toml")]
     sweep: Option<PathBuf>,
-    /// --sweep: run the I-th of N disjoint slices (`I/N`) [default: from
-    /// SLURM_ARRAY_TASK_ID/_MIN/_COUNT or JOB_COMPLETION_INDEX with
-    /// PTSD_SHARD_COUNT, else the whole sweep].
+    /// --sweep: run the I-th of N disjoint slices (`I/N`) [default: I from
+    /// SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX, N from PTSD_SHARD_COUNT,
+    /// the sweep's `shards`, or a Slurm array of ids 0..N-1; else the whole
+    /// sweep].
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
     /// --sweep: directory of the shard files (`ptsd sim merge` reads it).

@@ -67,7 +67,7 @@ pub fn run(file: &Path, shard: Option<&str>, out: &Path) -> Result<()> {
     let runs = spec.runs()?;
     let shard = match shard {
         Some(s) => Shard::parse(s)?,
-        None => Shard::from_env(|k| std::env::var(k).ok())?.unwrap_or(Shard::ALL),
+        None => Shard::from_env(|k| std::env::var(k).ok(), spec.shards)?.unwrap_or(Shard::ALL),
     };
     // Every run's options are checked before the first one starts: a typo
     // in the last corner should not cost the whole sweep.

@@ -25,6 +25,38 @@ fn slurm_script_is_valid_bash_and_an_array_job() {
     assert!(text.contains("sim --sweep"), "does not run a sweep");
 }
 
+/// The array's size is the example sweep's shard count, so that a task
+/// rerun alone runs the same shard; and the script's comment and the
+/// README tell the same commands (rerun, requeue, PTSD, logs).
+#[test]
+fn slurm_array_matches_the_example_and_the_readme_says_the_same() {
+    let text = std::fs::read_to_string(root().join("deploy/slurm/sweep.sbatch")).unwrap();
+    let range = text
+        .lines()
+        .find_map(|l| l.strip_prefix("#SBATCH --array="))
+        .unwrap();
+    let (lo, hi) = range.split_once('-').unwrap();
+    assert_eq!(lo, "0", "array ids are shard indices: they start at 0");
+    let tasks = hi.parse::<usize>().unwrap() + 1;
+    let spec = SweepSpec::load(&root().join("deploy/examples/sweep.toml")).unwrap();
+    assert_eq!(spec.shards, Some(tasks));
+    // Slurm's own log would land in the submit directory.
+    assert!(text.contains("#SBATCH --output=/dev/null"));
+    assert!(text.contains(r#"exec >>"$out/logs/task-"#));
+
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for said in [
+        "scontrol requeue JOBID_K",
+        "PTSD_SHARD_COUNT=8 sbatch --array=K deploy/slurm/sweep.sbatch",
+        "PTSD=$PWD/target/release/ptsd sbatch deploy/slurm/sweep.sbatch",
+        "OUT/logs/task-K-JOBID.log",
+        "sbatch --array=0-15 --mem=8G",
+    ] {
+        assert!(text.contains(said), "sweep.sbatch does not say {said:?}");
+        assert!(readme.contains(said), "README.md does not say {said:?}");
+    }
+}
+
 #[test]
 fn kubernetes_job_is_indexed_with_a_matching_shard_count() {
     let text = std::fs::read_to_string(root().join("deploy/k8s/sweep-job.yaml")).unwrap();

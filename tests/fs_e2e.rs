@@ -698,11 +698,12 @@ fn default_mount_creates_its_own_device_and_mount_helper_works() {
         .env("PTSD_DATA_DIR", tmp.path().join("data"))
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Informative, on stderr: stdout stays empty.
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
-        out.status.success(),
+        out.status.success() && out.stdout.is_empty(),
         "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stdout)
     );
     assert!(text.contains("durability:"), "{text}");
     // The journal the defaults chose (removed at the end: it may be in /dev/shm).
@@ -757,24 +758,48 @@ fn default_mount_creates_its_own_device_and_mount_helper_works() {
         );
         return;
     }
-    let st = Command::new("mount")
-        .args(["-t", "fuse.ptsd", "ptsd"])
-        .arg(&dir)
-        .arg("-o")
-        .arg(format!("data_dir={}", data.display()))
-        .status()
-        .unwrap();
-    let mounted = is_fuse_mounted(&dir);
-    let content = std::fs::read(dir.join("hello")).ok();
-    if mounted {
-        assert!(Command::new("umount").arg(&dir).status().unwrap().success());
-        wait_gone(&pid_file(&dir));
+    // As a mount(8) helper: nothing on success; `mount -v` says what.
+    let mut outputs = Vec::new();
+    for verbose in [false, true] {
+        let out = Command::new("mount")
+            .args(if verbose { &["-v"][..] } else { &[] })
+            .args(["-t", "fuse.ptsd", "ptsd"])
+            .arg(&dir)
+            .arg("-o")
+            .arg(format!("data_dir={}", data.display()))
+            .output()
+            .unwrap();
+        let mounted = is_fuse_mounted(&dir);
+        let content = std::fs::read(dir.join("hello")).ok();
+        if mounted {
+            assert!(Command::new("umount").arg(&dir).status().unwrap().success());
+            wait_gone(&pid_file(&dir));
+        }
+        outputs.push((out, mounted, content));
     }
     if !ours {
         let _ = std::fs::remove_file(helper);
     }
-    assert!(st.success() && mounted, "mount -t fuse.ptsd failed");
-    assert_eq!(content.as_deref(), Some(&b"world"[..]));
+    for (out, mounted, content) in &outputs {
+        assert!(
+            out.status.success() && *mounted,
+            "mount -t fuse.ptsd failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(content.as_deref(), Some(&b"world"[..]));
+    }
+    let (quiet, verbose) = (&outputs[0].0, &outputs[1].0);
+    assert!(
+        quiet.stdout.is_empty() && quiet.stderr.is_empty(),
+        "mount -t fuse.ptsd printed {:?} {:?}",
+        String::from_utf8_lossy(&quiet.stdout),
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&verbose.stderr).contains("ptsd: mounted"),
+        "mount -v: {}",
+        String::from_utf8_lossy(&verbose.stderr)
+    );
 }
 /// What the writer of one kill round knows about a file: the content of its
 /// last fsync'd version and the versions attempted since.

@@ -23,16 +23,23 @@ qd = [4, 16]
 map-memory = ["20%", "40%"]
 "#;
 
+/// What a batch scheduler sets, cleared for every child.
+const SCHEDULER_VARS: [&str; 9] = [
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_JOB_ID",
+    "JOB_COMPLETION_INDEX",
+    "PTSD_SHARD_COUNT",
+    "PTSD",
+];
+
 fn ptsd(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ptsd"));
     c.args(args).env("RUST_BACKTRACE", "0");
-    for var in [
-        "SLURM_ARRAY_TASK_ID",
-        "SLURM_ARRAY_TASK_MIN",
-        "SLURM_ARRAY_TASK_COUNT",
-        "JOB_COMPLETION_INDEX",
-        "PTSD_SHARD_COUNT",
-    ] {
+    for var in SCHEDULER_VARS {
         c.env_remove(var);
     }
     for (k, v) in env {
@@ -64,8 +71,8 @@ fn four_shard_processes_merge_to_the_unsharded_result() {
     let sharded = tmp.path().join("sharded");
     let sharded_s = sharded.to_str().unwrap();
 
-    // Four shard processes at once: two by flag, one as a Slurm array task
-    // (ids 10..13), one as a Kubernetes Indexed Job pod.
+    // Four shard processes at once: two by flag, one as a task of a Slurm
+    // array of 4, one as a Kubernetes Indexed Job pod.
     let children = vec![
         ptsd(
             &[
@@ -94,8 +101,9 @@ fn four_shard_processes_merge_to_the_unsharded_result() {
         ptsd(
             &["sim", "--sweep", file, "--sweep-out", sharded_s],
             &[
-                ("SLURM_ARRAY_TASK_ID", "12"),
-                ("SLURM_ARRAY_TASK_MIN", "10"),
+                ("SLURM_ARRAY_TASK_ID", "2"),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_MAX", "3"),
                 ("SLURM_ARRAY_TASK_COUNT", "4"),
             ],
         ),
@@ -224,6 +232,164 @@ fn bad_sweeps_and_shards_are_clear_errors() {
     assert!(err.contains("sweep file"), "{err}");
     // Nothing half-written is left that merge would take for a shard.
     assert!(!out_dir.join("shard-0000-of-0001.jsonl").exists());
+}
+
+/// 4 tiny runs, `shards = 4` unless `declared` is false.
+fn small_sweep(declared: bool) -> String {
+    format!(
+        "{}[base]\nsize = \"64MiB\"\nchannels = 2\nchips = 2\nrequests = 800\n\
+         precondition = \"0.1x\"\nworkload = \"mixed:70\"\n\
+         [axes]\nftl = [\"dftl\", \"ptsd\"]\nqd = [4, 16]\n",
+        if declared { "shards = 4\n" } else { "" }
+    )
+}
+
+/// `deploy/slurm/sweep.sbatch SWEEP OUT` run as Slurm runs a task: in the
+/// submit directory, with the array's variables (`sbatch --array=LO-HI`,
+/// job `job`) and PTSD naming the binary.
+fn sbatch_task(
+    submit: &Path,
+    sweep: &Path,
+    out: &Path,
+    job: u32,
+    (lo, hi): (u32, u32),
+    id: u32,
+    extra: &[(&str, &str)],
+) -> Command {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/slurm/sweep.sbatch");
+    let mut c = Command::new("bash");
+    c.arg(script).arg(sweep).arg(out).current_dir(submit);
+    for var in SCHEDULER_VARS {
+        c.env_remove(var);
+    }
+    let vars = [
+        ("SLURM_ARRAY_JOB_ID", job.to_string()),
+        ("SLURM_JOB_ID", (job + id).to_string()),
+        ("SLURM_ARRAY_TASK_ID", id.to_string()),
+        ("SLURM_ARRAY_TASK_MIN", lo.to_string()),
+        ("SLURM_ARRAY_TASK_MAX", hi.to_string()),
+        ("SLURM_ARRAY_TASK_COUNT", (hi - lo + 1).to_string()),
+        ("PTSD", env!("CARGO_BIN_EXE_ptsd").to_string()),
+        ("RUST_BACKTRACE", "0".to_string()),
+    ];
+    c.envs(vars);
+    c.envs(extra.iter().copied());
+    c
+}
+
+fn shard_without_wall_clock(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            strip_wall_clock(&mut v);
+            v
+        })
+        .collect()
+}
+
+/// Issue 49 §3: `sbatch --array=0-3`, task 2 lost, then rerun as the
+/// script's comment says (`sbatch --array=2`: an array of one task, id 2)
+/// rewrites exactly shard 2 of 4, and the directory merges.
+#[test]
+fn a_slurm_task_rerun_as_an_array_of_one_rewrites_its_own_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let submit = tmp.path().join("submit");
+    std::fs::create_dir(&submit).unwrap();
+    let sweep = tmp.path().join("sweep.toml");
+    std::fs::write(&sweep, small_sweep(true)).unwrap();
+    let out = tmp.path().join("out");
+
+    let tasks: Vec<_> = (0..4)
+        .map(|id| sbatch_task(&submit, &sweep, &out, 100, (0, 3), id, &[]).output_spawned())
+        .collect();
+    for (id, t) in tasks.into_iter().enumerate() {
+        ok(t.wait_with_output().unwrap(), &format!("array task {id}"));
+        let log = out.join(format!("logs/task-{id}-100.log"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains(&format!("shard {id}/4")), "{text}");
+    }
+    // The logs are under the output directory, none in the submit one.
+    assert_eq!(std::fs::read_dir(&submit).unwrap().count(), 0);
+    let lost = out.join("shard-0002-of-0004.jsonl");
+    let before = shard_without_wall_clock(&lost);
+    std::fs::remove_file(&lost).unwrap();
+    let err = String::from_utf8_lossy(
+        &ptsd(&["sim", "merge", out.to_str().unwrap()], &[])
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .into_owned();
+    assert!(
+        err.contains("(shard 2/4: its shard file is missing)"),
+        "{err}"
+    );
+
+    // `sbatch --array=2`: Slurm says TASK_COUNT=1, MIN=MAX=2.
+    ok(
+        sbatch_task(&submit, &sweep, &out, 200, (2, 2), 2, &[])
+            .output()
+            .unwrap(),
+        "rerun of task 2",
+    );
+    assert!(out.join("logs/task-2-200.log").exists());
+    assert_eq!(shard_without_wall_clock(&lost), before);
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("shard-"))
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    let table = ok(
+        ptsd(&["sim", "merge", out.to_str().unwrap()], &[])
+            .output()
+            .unwrap(),
+        "merge",
+    );
+    assert!(table.contains("4 runs from 4 shard(s)"), "{table}");
+
+    // A sweep without `shards`: the first array's size gave the count, a
+    // rerun as an array of one cannot know it, says how, and writes nothing;
+    // with PTSD_SHARD_COUNT it runs shard 1 of 4 of the same sweep.
+    let undeclared = tmp.path().join("undeclared.toml");
+    std::fs::write(&undeclared, small_sweep(false)).unwrap();
+    std::fs::remove_file(out.join("shard-0001-of-0004.jsonl")).unwrap();
+    let o = sbatch_task(&submit, &undeclared, &out, 300, (1, 1), 1, &[])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let log = std::fs::read_to_string(out.join("logs/task-1-300.log")).unwrap();
+    assert!(
+        log.contains("an array of one task")
+            && log.contains("PTSD_SHARD_COUNT=N sbatch --array=1")
+            && log.contains("shards = N"),
+        "{log}"
+    );
+    assert!(!out.join("shard-0000-of-0001.jsonl").exists());
+    ok(
+        sbatch_task(
+            &submit,
+            &undeclared,
+            &out,
+            400,
+            (1, 1),
+            1,
+            &[("PTSD_SHARD_COUNT", "4")],
+        )
+        .output()
+        .unwrap(),
+        "rerun of task 1 with PTSD_SHARD_COUNT",
+    );
+    let table = ok(
+        ptsd(&["sim", "merge", out.to_str().unwrap()], &[])
+            .output()
+            .unwrap(),
+        "merge",
+    );
+    assert!(table.contains("4 runs from 4 shard(s)"), "{table}");
+    assert_eq!(std::fs::read_dir(&submit).unwrap().count(), 0);
 }
 
 trait SpawnOutput {

@@ -123,7 +123,7 @@ stack() {
     ptsd mkfs "$dev" || return 1
     mkdir -p /mnt/p
     jargs="--journal /tmp/fs.journal --journal-size 16M"
-    ptsd mount --device "$dev" $jargs $stack_opts /mnt/p > /tmp/mount.out || { cat /tmp/mount.out; return 1; }
+    ptsd mount --device "$dev" $jargs $stack_opts /mnt/p > /tmp/mount.out 2>&1 || { cat /tmp/mount.out; return 1; }
     if [ -n "$stack_transport" ]; then
         grep -q "$stack_transport" /tmp/mount.out || { echo "not served by $stack_transport:"; cat /tmp/mount.out; return 1; }
     fi

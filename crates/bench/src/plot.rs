@@ -1,4 +1,6 @@
-//! Latency CDF plots (SVG) with a zoomed tail panel.
+//! Latency CDF plots (SVG) with a zoomed tail panel, and the legend every
+//! plot of the project draws: in a column of its own right of the panels,
+//! never over the data.
 
 use std::path::Path;
 
@@ -29,8 +31,91 @@ fn plot_err<E: std::fmt::Display>(path: &Path) -> impl FnOnce(E) -> PlotError + 
     }
 }
 
+/// Font size of legend labels, in pixels.
+const LEGEND_FONT: u32 = 14;
+/// Height of one legend entry.
+const LEGEND_ROW: u32 = 20;
+/// The coloured swatch before a label, and the gap after it.
+const LEGEND_SWATCH: u32 = 24;
+
+/// Where a plot's legend goes: a column `width` pixels wide whose left edge
+/// is `left`, right of every panel (so no entry ever covers data), and the
+/// picture's size that leaves the panels the `plot` size they would have
+/// had without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LegendLayout {
+    pub left: u32,
+    pub width: u32,
+    pub size: (u32, u32),
+}
+
+impl LegendLayout {
+    /// The layout for panels of `plot` size and these labels.
+    ///
+    /// ```
+    /// use ptsd_bench::plot::LegendLayout;
+    ///
+    /// let l = LegendLayout::beside((900, 560), &["ftl=dftl qd=8", "ftl=ptsd qd=8"]);
+    /// assert_eq!(l.left, 900);
+    /// assert_eq!(l.size.0, 900 + l.width);
+    /// ```
+    pub fn beside(plot: (u32, u32), labels: &[&str]) -> Self {
+        // Sans-serif averages well under 0.6 em a character; wider is
+        // only blank space.
+        let chars = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
+        let width = 2 * 10 + LEGEND_SWATCH + chars * LEGEND_FONT * 6 / 10;
+        let rows = 2 * 30 + labels.len() as u32 * LEGEND_ROW;
+        LegendLayout {
+            left: plot.0,
+            width,
+            size: (plot.0 + width, plot.1.max(rows)),
+        }
+    }
+}
+
+/// One legend entry: a label and its series' colour (see [`draw_legend`]).
+pub type LegendEntry<'a> = (&'a str, RGBAColor);
+
+/// Draw `entries` top-down in `area` (the legend column of a
+/// [`LegendLayout`]), each a colour swatch and its label.
+///
+/// ```
+/// use plotters::prelude::*;
+/// use ptsd_bench::plot::{draw_legend, LegendLayout};
+///
+/// let layout = LegendLayout::beside((400, 300), &["dftl", "ptsd"]);
+/// let mut svg = String::new();
+/// {
+///     let root = SVGBackend::with_string(&mut svg, layout.size).into_drawing_area();
+///     let (_chart, legend) = root.split_horizontally(layout.left);
+///     draw_legend(&legend, &[("dftl", RED.to_rgba()), ("ptsd", BLUE.to_rgba())]).unwrap();
+///     root.present().unwrap();
+/// }
+/// assert!(svg.contains("dftl") && svg.contains("ptsd"));
+/// ```
+pub fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    entries: &[LegendEntry<'_>],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (x, top) = (10i32, 30i32);
+    for (n, (label, color)) in entries.iter().enumerate() {
+        let y = top + (n as u32 * LEGEND_ROW) as i32;
+        area.draw(&Rectangle::new(
+            [(x, y + 5), (x + LEGEND_SWATCH as i32 - 6, y + 9)],
+            color.filled(),
+        ))?;
+        area.draw(&Text::new(
+            label.to_string(),
+            (x + LEGEND_SWATCH as i32, y),
+            ("sans-serif", LEGEND_FONT).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
 /// Write an SVG with two panels: the whole CDF (log latency axis) and the
-/// same curves from quantile `zoom_from` (e.g. 0.8) up.
+/// same curves from quantile `zoom_from` (e.g. 0.8) up; the legend in a
+/// column right of both.
 pub fn write_cdf_svg(
     path: &Path,
     title: &str,
@@ -39,12 +124,21 @@ pub fn write_cdf_svg(
     zoom_from: f64,
 ) -> Result<(), PlotError> {
     let err = plot_err(path);
-    let root = SVGBackend::new(path, (1400, 560)).into_drawing_area();
+    let labels: Vec<&str> = curves.iter().map(|c| c.label).collect();
+    let layout = LegendLayout::beside((1400, 560), &labels);
+    let root = SVGBackend::new(path, layout.size).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err(path))?;
     let root = root
         .titled(title, ("sans-serif", 22))
         .map_err(plot_err(path))?;
-    let (left, right) = root.split_horizontally(700);
+    let (panels, legend) = root.split_horizontally(layout.left);
+    let entries: Vec<LegendEntry<'_>> = curves
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.label, Palette99::pick(i).to_rgba()))
+        .collect();
+    draw_legend(&legend, &entries).map_err(plot_err(path))?;
+    let (left, right) = panels.split_horizontally(700);
     draw_panel(&left, "whole distribution", x_label, curves, 0.0).map_err(plot_err(path))?;
     draw_panel(
         &right,
@@ -115,20 +209,43 @@ fn draw_panel(
             .points
             .iter()
             .map(|p| (p.latency_us.max(x_min), p.quantile.max(from_q)));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(c.label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
     Ok(())
+}
+
+/// For tests of plots: the x coordinates of every data mark of an SVG
+/// (polyline points and circle centres), and the x of the `<text>` element
+/// that is exactly `label`, if any.
+#[cfg(test)]
+pub(crate) mod svg_probe {
+    /// Every x of a `points="x,y x,y"` list and of `cx="x"`.
+    pub fn data_xs(svg: &str) -> Vec<f64> {
+        let mut xs = Vec::new();
+        for part in svg.split("points=\"").skip(1) {
+            let list = part.split('"').next().unwrap_or("");
+            xs.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.split(',').next()?.parse::<f64>().ok()),
+            );
+        }
+        for part in svg.split("cx=\"").skip(1) {
+            xs.extend(part.split('"').next().and_then(|x| x.parse::<f64>().ok()));
+        }
+        xs
+    }
+
+    /// The x of the text element reading `label`.
+    pub fn label_x(svg: &str, label: &str) -> Option<f64> {
+        svg.split("<text").skip(1).find_map(|element| {
+            let (attrs, rest) = element.split_once('>')?;
+            let (inner, _) = rest.split_once("</text>")?;
+            if inner.trim() != label {
+                return None;
+            }
+            attrs.split(" x=\"").nth(1)?.split('"').next()?.parse().ok()
+        })
+    }
 }
 
 #[cfg(test)]
@@ -172,5 +289,31 @@ mod tests {
         for label in ["ALPHA", "BETA", "EMPTY", "tail, from p80"] {
             assert!(svg.contains(label), "{label} missing");
         }
+        // The legend is right of every data point of both panels.
+        let layout = LegendLayout::beside((1400, 560), &["ALPHA", "BETA", "EMPTY"]);
+        let data = svg_probe::data_xs(&svg);
+        assert!(data.len() > 200, "{} data marks", data.len());
+        let rightmost = data.iter().copied().fold(0.0, f64::max);
+        for label in ["ALPHA", "BETA", "EMPTY"] {
+            let x = svg_probe::label_x(&svg, label).unwrap();
+            assert!(
+                x > layout.left as f64 && x > rightmost,
+                "{label} at x={x}, data up to {rightmost}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_legend_column_fits_its_labels() {
+        let short = LegendLayout::beside((900, 560), &["a"]);
+        let long =
+            LegendLayout::beside((900, 560), &["ftl=dftl map-memory=10% sched=read-priority"]);
+        assert!(long.width > short.width + 200, "{short:?} {long:?}");
+        assert_eq!((long.left, long.size.0), (900, 900 + long.width));
+        // Many entries make the picture taller, never the panels smaller.
+        let many: Vec<String> = (0..60).map(|i| format!("series {i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let tall = LegendLayout::beside((900, 560), &many);
+        assert!(tall.size.1 >= 60 * LEGEND_ROW, "{tall:?}");
     }
 }

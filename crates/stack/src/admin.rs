@@ -26,11 +26,35 @@ pub struct Formatted {
 
 /// Write a new, empty file system on `device`, holding it exclusively
 /// meanwhile (a mounted image is refused). With `size`, an image file is
-/// created (or replaced) first.
+/// created (or replaced) first. The root directory belongs to root; see
+/// [`mkfs_with`] for another owner.
 pub fn mkfs(
     device: &DeviceSpec,
     size: Option<u64>,
     lock_wait: Duration,
+) -> Result<Formatted, StackError> {
+    mkfs_with(device, size, lock_wait, &MkfsOptions::default())
+}
+
+/// [`mkfs`] with the file system's options, e.g. the root directory's
+/// owner (what `ptsd mkfs --root-owner` sets).
+///
+/// ```
+/// use std::time::Duration;
+/// use ptsd_fs::MkfsOptions;
+/// use ptsd_stack::{mkfs_with, DeviceSpec};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let img = dir.path().join("fs.img");
+/// let opts = MkfsOptions { root_owner: (1000, 1000), ..Default::default() };
+/// let made = mkfs_with(&DeviceSpec::Path(img), Some(16 << 20), Duration::ZERO, &opts).unwrap();
+/// assert!(made.device.ends_with("fs.img"));
+/// ```
+pub fn mkfs_with(
+    device: &DeviceSpec,
+    size: Option<u64>,
+    lock_wait: Duration,
+    options: &MkfsOptions,
 ) -> Result<Formatted, StackError> {
     let opened = match (device, size) {
         (DeviceSpec::Path(p), Some(bytes)) => {
@@ -92,7 +116,7 @@ pub fn mkfs(
             })
     };
     let made = store.and_then(|store| {
-        ptsd_fs::mkfs(&*store, &MkfsOptions::default()).map_err(|source| StackError::Fs {
+        ptsd_fs::mkfs(&*store, options).map_err(|source| StackError::Fs {
             what: format!("formatting {desc}"),
             source,
         })

@@ -66,9 +66,9 @@ mod lock;
 mod malloc;
 mod stack;
 
-pub use admin::{fsck, mkfs, Formatted, FsckOutcome};
+pub use admin::{fsck, mkfs, mkfs_with, Formatted, FsckOutcome};
 pub use device::{default_ssd_config, small_ssd_config, DeviceSpec, DEFAULT_SSD_BYTES};
 pub use error::StackError;
 pub use journal::{default_journal_path, JournalSpec, MissingJournal, LOST_NOTE};
 pub use malloc::{tune_malloc, MMAP_THRESHOLD, TRIM_THRESHOLD};
-pub use stack::{OpenInfo, Stack, StackSpec, StoreHook, WrapStore};
+pub use stack::{invoking_user, OpenInfo, Stack, StackSpec, StoreHook, WrapStore};

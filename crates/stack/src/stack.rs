@@ -37,10 +37,28 @@ pub struct StackSpec {
     /// journal when it is not serving a mount (a daemon finishing its
     /// unmount); one that serves a mount is refused at once.
     pub lock_wait: Duration,
+    /// Owner `(uid, gid)` of the root directory when opening formats a
+    /// blank emulated SSD (default: this process's effective user and
+    /// group, so that a user's own mount is writable by them).
+    pub root_owner: (u32, u32),
     /// Wraps the journaled store before the file system mounts on it. Only
     /// crash tests set it (a simulated fsync of another thread landing
     /// between two transactions of one operation); `None` in production.
     pub store_hook: Option<StoreHook>,
+}
+
+/// This process's effective user and group: who a file system made now is
+/// for, unless told otherwise.
+///
+/// ```
+/// // Root's tests see (0, 0); a user's process, their own ids.
+/// let (uid, _gid) = ptsd_stack::invoking_user();
+/// // SAFETY: geteuid has no preconditions.
+/// assert_eq!(uid, unsafe { libc::geteuid() });
+/// ```
+pub fn invoking_user() -> (u32, u32) {
+    // SAFETY: geteuid and getegid have no preconditions and cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
 }
 
 /// See [`StackSpec::store_hook`].
@@ -74,6 +92,7 @@ impl StackSpec {
             disk_journal_partitions: Some(1),
             missing_journal: MissingJournal::DiscardIfRam,
             lock_wait: Duration::from_secs(60),
+            root_owner: invoking_user(),
             store_hook: None,
         }
     }
@@ -220,7 +239,11 @@ impl Stack {
                 what: format!("opening {desc}"),
                 source: e.into(),
             })?;
-            ptsd_fs::mkfs(&store, &MkfsOptions::default()).map_err(|e| StackError::Fs {
+            let opts = MkfsOptions {
+                root_owner: spec.root_owner,
+                ..MkfsOptions::default()
+            };
+            ptsd_fs::mkfs(&store, &opts).map_err(|e| StackError::Fs {
                 what: format!("formatting {desc}"),
                 source: e,
             })?;

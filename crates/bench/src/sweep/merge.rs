@@ -99,14 +99,27 @@ pub fn merge(dir: &Path, out: &Path) -> Result<(MergeReport, Vec<PathBuf>), Swee
         }
     }
     files.sort();
+    partial.sort();
     if files.is_empty() {
+        let running = if partial.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} still partial ({}): their tasks are running or were cut short \
+                 (squeue / sacct -j JOBID say which); merge when they are done",
+                partial.len(),
+                partial.join(", ")
+            )
+        };
         return Err(SweepError::Incomplete(format!(
-            "{}: no shard files (shard-*.jsonl)",
+            "{}: no finished shard file (shard-*.jsonl){running}",
             dir.display()
         )));
     }
 
     let mut header: Option<(Header, PathBuf)> = None;
+    // Every (sweep, shard count) the files belong to, with their files.
+    let mut groups: Vec<(String, usize, Vec<String>)> = Vec::new();
     let mut shards_seen = vec![];
     let mut by_index: BTreeMap<usize, Vec<(MergedRun, PathBuf)>> = BTreeMap::new();
     for path in &files {
@@ -130,30 +143,24 @@ pub fn merge(dir: &Path, out: &Path) -> Result<(MergeReport, Vec<PathBuf>), Swee
                     ids,
                 } => {
                     shards_seen.push(shard);
+                    let name = path
+                        .file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                    match groups
+                        .iter_mut()
+                        .find(|(f, n, _)| *f == fingerprint && *n == shards)
+                    {
+                        Some((_, _, names)) => names.push(name),
+                        None => groups.push((fingerprint.clone(), shards, vec![name])),
+                    }
                     let h = Header {
                         fingerprint,
                         shards,
                         axes,
                         ids,
                     };
-                    match &header {
-                        None => header = Some((h, path.clone())),
-                        Some((first, first_path)) => {
-                            if first.fingerprint != h.fingerprint
-                                || first.shards != h.shards
-                                || first.ids != h.ids
-                            {
-                                return Err(SweepError::Incomplete(format!(
-                                    "{} and {} belong to different sweeps or shardings (sweep {} of {} shards vs sweep {} of {})",
-                                    first_path.display(),
-                                    path.display(),
-                                    first.fingerprint,
-                                    first.shards,
-                                    h.fingerprint,
-                                    h.shards
-                                )));
-                            }
-                        }
+                    if header.is_none() {
+                        header = Some((h, path.clone()));
                     }
                 }
                 Line::Run {
@@ -172,6 +179,9 @@ pub fn merge(dir: &Path, out: &Path) -> Result<(MergeReport, Vec<PathBuf>), Swee
                 )),
             }
         }
+    }
+    if groups.len() > 1 {
+        return Err(SweepError::Incomplete(mixed(dir, &groups)));
     }
     let (header, _) = header.ok_or_else(|| {
         SweepError::Incomplete(format!(
@@ -255,6 +265,37 @@ pub fn merge(dir: &Path, out: &Path) -> Result<(MergeReport, Vec<PathBuf>), Swee
     Ok((report, written))
 }
 
+/// The error for a directory holding shard files of more than one sweep or
+/// shard count: which files are which, and how to get one merge out of it.
+fn mixed(dir: &Path, groups: &[(String, usize, Vec<String>)]) -> String {
+    let mut text = format!(
+        "{} holds shard files of {} different sweeps or shardings:",
+        dir.display(),
+        groups.len()
+    );
+    for (fingerprint, shards, names) in groups {
+        let _ = write!(
+            text,
+            "\n  sweep {fingerprint} cut into {shards} shard(s): {}",
+            names.join(", ")
+        );
+    }
+    let same_sweep = groups.iter().all(|(f, _, _)| *f == groups[0].0);
+    text.push_str(if same_sweep {
+        "\nThe same sweep, sharded two ways (a run of the whole sweep writes \
+         shard-0000-of-0001.jsonl; so did a Slurm task rerun as an array of one, \
+         `sbatch --array=K`, before the count came from the sweep). Keep one sharding: move \
+         the other's files out of the directory, and rerun a missing task with its count \
+         given: `PTSD_SHARD_COUNT=N sbatch --array=K ...`, `shards = N` in the sweep file, \
+         or `scontrol requeue JOBID_K` for a task of a job Slurm still knows."
+    } else {
+        "\nTwo different sweeps (or a sweep file edited between runs) wrote here: give each \
+         sweep its own --sweep-out directory, and move the files of the one you do not merge \
+         out of this one."
+    });
+    text
+}
+
 impl MergeReport {
     /// One line per run: its name and the measured phase's figures.
     pub fn table(&self) -> String {
@@ -334,6 +375,26 @@ mod tests {
         for name in ["throughput_vs_ftl.svg", "tail_vs_qd.svg", "sweep.json"] {
             assert!(files.iter().any(|f| f.ends_with(name)), "{name}: {files:?}");
         }
+        // Every plot's legend is right of all its data (it used to sit
+        // over the top-right points).
+        use crate::plot::svg_probe::{data_xs, label_x};
+        for (name, labels) in [
+            ("throughput_vs_qd.svg", ["ftl=page", "ftl=dftl"]),
+            ("tail_vs_ftl.svg", ["qd=1", "qd=4"]),
+        ] {
+            let svg = std::fs::read_to_string(out.join(name)).unwrap();
+            let data = data_xs(&svg);
+            assert!(!data.is_empty(), "{name}: no data marks");
+            let rightmost = data.iter().copied().fold(0.0, f64::max);
+            for label in labels {
+                let x = label_x(&svg, label).unwrap_or_else(|| panic!("{name}: no {label}"));
+                // Right of the 900-pixel chart, too, not only of its points.
+                assert!(
+                    x > rightmost && x > 900.0,
+                    "{name}: {label} at x={x}, data up to {rightmost}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -378,6 +439,63 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("different sweeps"), "{err}");
+        assert!(err.contains("give each sweep its own --sweep-out"), "{err}");
+    }
+
+    #[test]
+    fn a_mixed_sharding_says_which_files_and_how_to_fix_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // Shards 0 and 2 of 3, and the whole sweep as "shard 0/1": what a
+        // rerun of task 1 as an array of one used to write.
+        write_shards(dir.path(), &spec(), 3, Some(1));
+        write_shards(dir.path(), &spec(), 1, None);
+        let err = merge(dir.path(), &dir.path().join("m"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shard files of 2 different sweeps or shardings")
+                && err.contains(
+                    "cut into 3 shard(s): shard-0000-of-0003.jsonl, shard-0002-of-0003.jsonl"
+                )
+                && err.contains("cut into 1 shard(s): shard-0000-of-0001.jsonl")
+                && err.contains("PTSD_SHARD_COUNT=N sbatch --array=K")
+                && err.contains("scontrol requeue"),
+            "{err}"
+        );
+        // Moving the stray file out and rerunning shard 1 of 3 mends it.
+        std::fs::remove_file(dir.path().join("shard-0000-of-0001.jsonl")).unwrap();
+        let runs = spec().runs().unwrap();
+        let shard = Shard { index: 1, count: 3 };
+        let mut w = ShardWriter::create(dir.path(), &spec(), &runs, shard).unwrap();
+        for r in shard.select(&runs) {
+            w.run(r, fake_result(1.0)).unwrap();
+        }
+        w.finish().unwrap();
+        let (report, _) = merge(dir.path(), &dir.path().join("m")).unwrap();
+        assert_eq!(report.runs.len(), 6);
+    }
+
+    #[test]
+    fn shards_still_running_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = spec().runs().unwrap();
+        // Two tasks started, none finished: their files are still partial.
+        let _writers: Vec<_> = (0..2)
+            .map(|index| {
+                ShardWriter::create(dir.path(), &spec(), &runs, Shard { index, count: 2 }).unwrap()
+            })
+            .collect();
+        let err = merge(dir.path(), &dir.path().join("m"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no finished shard file")
+                && err.contains(
+                    "2 still partial (shard-0000-of-0002.jsonl, shard-0001-of-0002.jsonl)"
+                )
+                && err.contains("running or were cut short"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -79,13 +79,18 @@ pub enum SweepError {
     Plot(#[from] crate::plot::PlotError),
 }
 
-/// A sweep file: `[base]` options shared by every run, then either `[axes]`
-/// (option = list of values; the runs are the cartesian product, axes in
-/// key order, the last axis varying fastest) or `[[runs]]` (an explicit
-/// list; each run's options override the base).
+/// A sweep file: optionally `shards = N` (the shard count a batch
+/// scheduler's tasks take: see [`Shard::from_env`]), `[base]` options shared
+/// by every run, then either `[axes]` (option = list of values; the runs are
+/// the cartesian product, axes in key order, the last axis varying fastest)
+/// or `[[runs]]` (an explicit list; each run's options override the base).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SweepSpec {
+    /// How many shards a job array cuts the sweep into (the array's size):
+    /// a task rerun alone (`sbatch --array=K`) still runs shard K of N.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
     #[serde(default)]
     pub base: toml::Table,
     #[serde(default)]
@@ -115,6 +120,9 @@ impl SweepSpec {
             return Err(SweepError::Invalid(
                 "give either [axes] or [[runs]], not both".into(),
             ));
+        }
+        if spec.shards == Some(0) {
+            return Err(SweepError::Invalid("shards must be at least 1".into()));
         }
         Ok(spec)
     }
@@ -209,9 +217,15 @@ impl SweepSpec {
     }
 
     /// A short fingerprint of the sweep's content, so that merge can refuse
-    /// shards of two different sweeps in one directory.
+    /// shards of two different sweeps in one directory. The shard count is
+    /// not part of it (each shard file names its count apart): adding
+    /// `shards = N` to rerun one task keeps the sweep the same.
     pub fn fingerprint(&self) -> String {
-        let text = toml::to_string(self).unwrap_or_default();
+        let runs_only = SweepSpec {
+            shards: None,
+            ..self.clone()
+        };
+        let text = toml::to_string(&runs_only).unwrap_or_default();
         format!("{:08x}", crc32c::crc32c(text.as_bytes()))
     }
 }
@@ -248,12 +262,35 @@ impl Shard {
         Ok(Shard { index, count })
     }
 
-    /// The shard a batch scheduler assigned to this process, if any:
-    /// a Slurm job array (`SLURM_ARRAY_TASK_ID` minus `SLURM_ARRAY_TASK_MIN`,
-    /// of `SLURM_ARRAY_TASK_COUNT`) or a Kubernetes Indexed Job
-    /// (`JOB_COMPLETION_INDEX`, of `PTSD_SHARD_COUNT`, which the Job sets to
-    /// its `completions`).
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, SweepError> {
+    /// The shard a batch scheduler assigned to this process, if any.
+    ///
+    /// The index is the task's own: `SLURM_ARRAY_TASK_ID` of a Slurm job
+    /// array (ids 0 to N-1), `JOB_COMPLETION_INDEX` of a Kubernetes Indexed
+    /// Job. The count N must not depend on which tasks run now — rerunning
+    /// task K alone (`sbatch --array=K`: an array of one, `TASK_COUNT=1`)
+    /// must still run shard K of N — so it is, first found:
+    /// `PTSD_SHARD_COUNT`, the sweep's `shards` (`declared`), and, for a
+    /// Slurm array only, the size of an array that runs every id from 0 to
+    /// N-1 at once (`--array=0-7`: `TASK_COUNT=8`, `TASK_MIN=0`,
+    /// `TASK_MAX=7`). Anything else (an array of one, a part of an array)
+    /// without a count is an error saying how to give it.
+    ///
+    /// ```
+    /// use ptsd_bench::sweep::Shard;
+    ///
+    /// // `sbatch --array=3` reruns task 3 of a sweep declaring 8 shards.
+    /// let env = |k: &str| match k {
+    ///     "SLURM_ARRAY_TASK_ID" | "SLURM_ARRAY_TASK_MIN" | "SLURM_ARRAY_TASK_MAX" => Some("3".into()),
+    ///     "SLURM_ARRAY_TASK_COUNT" => Some("1".into()),
+    ///     _ => None,
+    /// };
+    /// assert_eq!(Shard::from_env(env, Some(8)).unwrap(), Some(Shard { index: 3, count: 8 }));
+    /// assert!(Shard::from_env(env, None).unwrap_err().to_string().contains("PTSD_SHARD_COUNT"));
+    /// ```
+    pub fn from_env(
+        get: impl Fn(&str) -> Option<String>,
+        declared: Option<usize>,
+    ) -> Result<Option<Self>, SweepError> {
         let num = |name: &str| -> Result<Option<usize>, SweepError> {
             match get(name) {
                 None => Ok(None),
@@ -262,33 +299,54 @@ impl Shard {
                 }),
             }
         };
+        // The count and where it came from, for the messages.
+        let given = match num("PTSD_SHARD_COUNT")? {
+            Some(n) => Some((n, "PTSD_SHARD_COUNT")),
+            None => declared.map(|n| (n, "the sweep's `shards`")),
+        };
         let checked = |index: usize, count: usize, from: &str| {
             if count == 0 || index >= count {
                 Err(SweepError::BadShard(format!(
-                    "{from}: index {index} is not below the count {count}"
+                    "{from}: index {index} is not below the shard count {count}; \
+                     the tasks' ids run from 0 to {}",
+                    count.saturating_sub(1)
                 )))
             } else {
                 Ok(Some(Shard { index, count }))
             }
         };
         if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
-            let count = num("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
-                SweepError::BadShard(
-                    "SLURM_ARRAY_TASK_ID is set but not SLURM_ARRAY_TASK_COUNT".into(),
-                )
-            })?;
-            let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-            let index = id.checked_sub(min).ok_or_else(|| {
-                SweepError::BadShard(format!(
-                    "SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"
-                ))
-            })?;
-            return checked(index, count, "Slurm job array");
+            if let Some((count, from)) = given {
+                return checked(id, count, &format!("Slurm array task (count from {from})"));
+            }
+            let count = num("SLURM_ARRAY_TASK_COUNT")?;
+            let min = num("SLURM_ARRAY_TASK_MIN")?;
+            let max = num("SLURM_ARRAY_TASK_MAX")?;
+            let whole =
+                matches!((count, min, max), (Some(n), Some(0), Some(m)) if n > 1 && m + 1 == n);
+            if let (true, Some(count)) = (whole, count) {
+                return checked(id, count, "Slurm job array");
+            }
+            let what = match (count, min, max) {
+                (Some(1), ..) => "an array of one task (as `sbatch --array=K` makes)".to_string(),
+                (Some(n), Some(lo), Some(hi)) => {
+                    format!("an array of {n} tasks with ids {lo}-{hi}, not every id from 0")
+                }
+                _ => "an array whose size Slurm does not give (SLURM_ARRAY_TASK_COUNT/_MIN/_MAX)"
+                    .to_string(),
+            };
+            return Err(SweepError::BadShard(format!(
+                "for Slurm array task {id}: {what} cannot tell how many shards the sweep has: \
+                 set PTSD_SHARD_COUNT=N (`PTSD_SHARD_COUNT=N sbatch --array={id} ...`) \
+                 or put `shards = N` at the top of the sweep file, N being the array size \
+                 the sweep was first submitted with"
+            )));
         }
         if let Some(index) = num("JOB_COMPLETION_INDEX")? {
-            let count = num("PTSD_SHARD_COUNT")?.ok_or_else(|| {
+            let (count, _) = given.ok_or_else(|| {
                 SweepError::BadShard(
-                    "JOB_COMPLETION_INDEX is set but not PTSD_SHARD_COUNT (set it to the Job's completions)"
+                    "JOB_COMPLETION_INDEX is set but not PTSD_SHARD_COUNT (set it to the Job's completions) \
+                     and the sweep has no `shards`"
                         .into(),
                 )
             })?;
@@ -512,30 +570,100 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        assert_eq!(Shard::from_env(env(&[])).unwrap(), None);
+        assert_eq!(Shard::from_env(env(&[]), None).unwrap(), None);
+        assert_eq!(Shard::from_env(env(&[]), Some(4)).unwrap(), None);
+        // `sbatch --array=0-7`: the array's size is the count.
+        let task5_of_8 = env(&[
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "7"),
+            ("SLURM_ARRAY_TASK_COUNT", "8"),
+        ]);
         assert_eq!(
-            Shard::from_env(env(&[
-                ("SLURM_ARRAY_TASK_ID", "5"),
-                ("SLURM_ARRAY_TASK_MIN", "4"),
-                ("SLURM_ARRAY_TASK_COUNT", "3")
-            ]))
-            .unwrap(),
-            Some(Shard { index: 1, count: 3 })
+            Shard::from_env(task5_of_8, None).unwrap(),
+            Some(Shard { index: 5, count: 8 })
         );
+        // `sbatch --array=5` alone: the count comes from the sweep or the
+        // variable, never from the array of one.
+        let rerun5 = &[
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_MIN", "5"),
+            ("SLURM_ARRAY_TASK_MAX", "5"),
+            ("SLURM_ARRAY_TASK_COUNT", "1"),
+        ];
         assert_eq!(
-            Shard::from_env(env(&[
-                ("JOB_COMPLETION_INDEX", "3"),
-                ("PTSD_SHARD_COUNT", "4")
-            ]))
+            Shard::from_env(env(rerun5), Some(8)).unwrap(),
+            Some(Shard { index: 5, count: 8 })
+        );
+        let err = Shard::from_env(env(rerun5), None).unwrap_err().to_string();
+        assert!(
+            err.contains("an array of one task")
+                && err.contains("PTSD_SHARD_COUNT=N sbatch --array=5")
+                && err.contains("shards = N"),
+            "{err}"
+        );
+        let with_var = [rerun5.as_slice(), &[("PTSD_SHARD_COUNT", "6")]].concat();
+        let with_var = move |k: &str| {
+            with_var
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        // The variable wins over the sweep's count.
+        assert_eq!(
+            Shard::from_env(&with_var, Some(8)).unwrap(),
+            Some(Shard { index: 5, count: 6 })
+        );
+        // `--array=4-6` (a part) or `--array=0` (one task): no count.
+        let part = env(&[
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_MIN", "4"),
+            ("SLURM_ARRAY_TASK_MAX", "6"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ]);
+        let err = Shard::from_env(part, None).unwrap_err().to_string();
+        assert!(err.contains("ids 4-6, not every id from 0"), "{err}");
+        assert_eq!(
+            Shard::from_env(part, Some(8)).unwrap(),
+            Some(Shard { index: 5, count: 8 })
+        );
+        // An id past the declared count names the range.
+        let err = Shard::from_env(task5_of_8, Some(4))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ids run from 0 to 3"), "{err}");
+        assert_eq!(
+            Shard::from_env(
+                env(&[("JOB_COMPLETION_INDEX", "3"), ("PTSD_SHARD_COUNT", "4")]),
+                None
+            )
             .unwrap(),
             Some(Shard { index: 3, count: 4 })
         );
-        assert!(Shard::from_env(env(&[("JOB_COMPLETION_INDEX", "3")])).is_err());
-        assert!(Shard::from_env(env(&[
-            ("JOB_COMPLETION_INDEX", "4"),
-            ("PTSD_SHARD_COUNT", "4")
-        ]))
+        assert_eq!(
+            Shard::from_env(env(&[("JOB_COMPLETION_INDEX", "3")]), Some(4)).unwrap(),
+            Some(Shard { index: 3, count: 4 })
+        );
+        assert!(Shard::from_env(env(&[("JOB_COMPLETION_INDEX", "3")]), None).is_err());
+        assert!(Shard::from_env(
+            env(&[("JOB_COMPLETION_INDEX", "4"), ("PTSD_SHARD_COUNT", "4")]),
+            None
+        )
         .is_err());
-        assert!(Shard::from_env(env(&[("SLURM_ARRAY_TASK_ID", "1")])).is_err());
+        assert!(Shard::from_env(env(&[("SLURM_ARRAY_TASK_ID", "1")]), None).is_err());
+    }
+
+    #[test]
+    fn the_shard_count_is_not_part_of_the_fingerprint() {
+        let a = spec();
+        let b = SweepSpec {
+            shards: Some(8),
+            ..spec()
+        };
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let c = SweepSpec::parse("shards = 8\n[axes]\nqd = [8, 32, 128]\nftl = [\"page\", \"ptsd\"]\n[base]\nsize = \"64MiB\"").unwrap();
+        assert_eq!(c.shards, Some(8));
+        assert_eq!(c.fingerprint(), a.fingerprint());
+        assert!(SweepSpec::parse("shards = 0").is_err());
     }
 }

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use super::merge::{MergeReport, Summary};
 use super::{value_text, SweepError};
-use crate::plot::PlotError;
+use crate::plot::{draw_legend, LegendEntry, LegendLayout, PlotError};
 
 /// `throughput_vs_<axis>.svg` and `tail_vs_<axis>.svg` for every axis with
 /// more than one value.
@@ -89,9 +89,20 @@ fn draw(
     metric: fn(&Summary) -> f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let y_max = summaries.iter().map(metric).fold(0.0f64, f64::max).max(1.0) * 1.1;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    // The legend in a column of its own: inside the chart it covered the
+    // top-right points.
+    let labels: Vec<&str> = series.iter().map(|(l, _)| l.as_str()).collect();
+    let layout = LegendLayout::beside((900, 560), &labels);
+    let root = SVGBackend::new(path, layout.size).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (plot, legend) = root.split_horizontally(layout.left);
+    let entries: Vec<LegendEntry<'_>> = labels
+        .iter()
+        .enumerate()
+        .map(|(n, l)| (*l, Palette99::pick(n).to_rgba()))
+        .collect();
+    draw_legend(&legend, &entries)?;
+    let mut chart = ChartBuilder::on(&plot)
         .caption(format!("{y_name} against {axis}"), ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
@@ -111,26 +122,15 @@ fn draw(
             }
         })
         .draw()?;
-    for (n, (label, points)) in series.iter().enumerate() {
+    for (n, (_, points)) in series.iter().enumerate() {
         let color = Palette99::pick(n).to_rgba();
         let pts: Vec<(f64, f64)> = points
             .iter()
             .map(|&(x, i)| (x as f64, metric(&summaries[i])))
             .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-            .label(label.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
     root.present()?;
     Ok(())
 }

@@ -9,10 +9,29 @@ use crate::format::{
 use crate::store::Store;
 
 /// Parameters for [`mkfs`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use ptsd_blockdev::MemDevice;
+/// use ptsd_fs::{mkfs, DirectStore, FileSystem, MkfsOptions};
+///
+/// let store = Arc::new(DirectStore::new(Arc::new(MemDevice::new(4096, 1024).unwrap())).unwrap());
+/// // The root directory for user 1000, group 1000.
+/// mkfs(&*store, &MkfsOptions { root_owner: (1000, 1000), ..Default::default() }).unwrap();
+/// let fs = FileSystem::mount(store).unwrap();
+/// let root = fs.getattr(fs.root()).unwrap();
+/// assert_eq!((root.uid, root.gid), (1000, 1000));
+/// fs.close().unwrap();
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct MkfsOptions {
     /// Use only this many blocks of the device (default: all).
     pub blocks: Option<u64>,
+    /// Owner of the root directory, `(uid, gid)` (default: root, `(0, 0)`).
+    /// A file system made for an unprivileged user gives them its root, as
+    /// `mke2fs -E root_owner` does; otherwise they could not create
+    /// anything in it through a `default_permissions` mount.
+    pub root_owner: (u32, u32),
 }
 
 /// Write a fresh, empty file system on `store`.
@@ -62,16 +81,17 @@ pub fn mkfs(store: &dyn Store, opts: &MkfsOptions) -> Result<Superblock, FsError
         seal_bitmap(&mut bm);
         tx.write(1 + i as u64, &bm)?;
     }
-    for (ino, parent, mode) in [
-        (root, root, S_IFDIR | 0o755),
-        (orphan, orphan, S_IFDIR | 0o700),
+    // The orphan directory is internal (never visible) and stays root's.
+    for (ino, parent, mode, (uid, gid)) in [
+        (root, root, S_IFDIR | 0o755, opts.root_owner),
+        (orphan, orphan, S_IFDIR | 0o700, (0, 0)),
     ] {
         let d = DiskInode {
             ino,
             generation: 0,
             mode,
-            uid: 0,
-            gid: 0,
+            uid,
+            gid,
             nlink: 2,
             size: 0,
             atime: now,
@@ -94,4 +114,58 @@ pub fn mkfs(store: &dyn Store, opts: &MkfsOptions) -> Result<Superblock, FsError
     store.checkpoint()?;
     store.write_super(&sb.encode())?;
     Ok(sb)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ptsd_blockdev::MemDevice;
+
+    use super::*;
+    use crate::{Caller, DirectStore, FileSystem};
+
+    fn made(opts: &MkfsOptions) -> FileSystem {
+        let dev = Arc::new(MemDevice::new(4096, 1024).unwrap());
+        let store = Arc::new(DirectStore::new(dev).unwrap());
+        mkfs(&*store, opts).unwrap();
+        FileSystem::mount(store).unwrap()
+    }
+
+    #[test]
+    fn root_belongs_to_root_unless_told() {
+        let fs = made(&MkfsOptions::default());
+        let a = fs.getattr(fs.root()).unwrap();
+        assert_eq!((a.uid, a.gid, a.mode & 0o7777), (0, 0, 0o755));
+        fs.close().unwrap();
+    }
+
+    #[test]
+    fn root_owner_survives_a_remount_and_fsck() {
+        let dev = Arc::new(MemDevice::new(4096, 1024).unwrap());
+        let store = Arc::new(DirectStore::new(dev.clone()).unwrap());
+        let opts = MkfsOptions {
+            root_owner: (1234, 567),
+            ..Default::default()
+        };
+        mkfs(&*store, &opts).unwrap();
+        let fs = FileSystem::mount(store).unwrap();
+        let user = Caller {
+            uid: 1234,
+            gid: 567,
+        };
+        let f = fs.create(fs.root(), b"mine", 0o644, user).unwrap();
+        fs.release(f.ino).unwrap();
+        fs.close().unwrap();
+
+        let store = Arc::new(DirectStore::new(dev).unwrap());
+        let report = crate::fsck::check(store.clone(), false).unwrap();
+        assert!(report.problems.is_empty(), "{}", report.summary());
+        let fs = FileSystem::mount(store).unwrap();
+        let a = fs.getattr(fs.root()).unwrap();
+        assert_eq!((a.uid, a.gid, a.mode & 0o7777), (1234, 567, 0o755));
+        let f = fs.lookup(fs.root(), b"mine").unwrap();
+        assert_eq!((f.uid, f.gid), (1234, 567));
+        fs.close().unwrap();
+    }
 }
