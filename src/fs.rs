@@ -12,7 +12,7 @@ use ptsd_blockdev::size::parse_size;
 use std::sync::Arc;
 
 use ptsd_fs::frontend::{self, FsHandler, ServeOptions};
-use ptsd_fs::fuse::MountOpts;
+use ptsd_fs::fuse::{MountFlags, MountOpts};
 use ptsd_fs::opcount::OpCounts;
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
@@ -115,7 +115,12 @@ pub struct MountArgs {
     /// nodirect_writes (write-only opens bypass the kernel's page cache,
     /// the default, or are cached like the others); discard /
     /// nodiscard (tell the device about freed blocks online and at
-    /// unmount, the default, or only on `fstrim`). May be given more than
+    /// unmount, the default, or only on `fstrim`); and every generic
+    /// mount(8) option: ro/rw, nosuid, nodev, noexec, sync, dirsync and the
+    /// atime family (relatime by default; noatime, strictatime,
+    /// nodiratime, lazytime) go to the kernel mount, remount changes
+    /// those of a mounted DIR (`-o remount,ro`), defaults, auto, nofail,
+    /// _netdev, user(s), x-* are mount(8)'s own. May be given more than
     /// once; later options win.
     #[arg(short = 'o')]
     pub options: Vec<String>,
@@ -133,6 +138,9 @@ pub struct MountArgs {
     /// the default / `-o nodirect_writes`).
     #[arg(skip = true)]
     pub direct_writes: bool,
+    /// The generic mount(8) options (`-o ro,nosuid,noatime,remount,…`).
+    #[arg(skip)]
+    pub flags: MountFlags,
     /// Where to mount.
     pub dir: PathBuf,
 }
@@ -287,24 +295,24 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
                 a.uring = true;
                 a.uring_poll = Some(std::time::Duration::from_micros(us));
             }
-            // Generic options mount(8) passes along; the kernel side is fixed.
+            // The generic options the kernel mount takes.
+            (k, None) if a.flags.apply(k) => {}
+            // Generic options for mount(8) itself, which it passes along.
             (
-                "rw"
-                | "defaults"
+                "defaults"
                 | "auto"
                 | "noauto"
                 | "user"
                 | "nouser"
-                | "dev"
-                | "suid"
-                | "exec"
+                | "users"
+                | "owner"
+                | "group"
                 | "nofail"
                 | "_netdev"
-                | "noatime"
-                | "relatime"
                 | "default_permissions",
-                _,
-            ) => {}
+                None,
+            )
+            | ("comment", Some(_)) => {}
             (k, _) if k.starts_with("x-") => {}
             _ => bail!("unknown mount option {o:?}"),
         }
@@ -323,6 +331,15 @@ pub fn mount_cmd(a: &MountArgs) -> Result<()> {
             "allow_other: a user other than root may use it only when /etc/fuse.conf has \
              the line `user_allow_other` (root adds it); mount without it otherwise"
         );
+    }
+    if a.flags.remount {
+        ptsd_fs::fuse::remount(&a.dir, &a.flags)
+            .with_context(|| format!("remounting {}", a.dir.display()))?;
+        let rw = if a.flags.read_only { "ro" } else { "rw" };
+        if !a.quiet {
+            eoutln!("ptsd: remounted {} {rw}", a.dir.display());
+        }
+        return Ok(());
     }
     if a.foreground {
         return serve(&a, None);
@@ -396,6 +413,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             .as_ref()
             .map_or_else(|| "ptsd".to_string(), |p| p.display().to_string()),
         auto_unmount: false,
+        flags: a.flags,
     };
     let counts = match a.op_counts.as_deref().map(OpCounts::create).transpose() {
         Ok(c) => c,
@@ -619,6 +637,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         uring_poll: None,
         discard: true,
         direct_writes: true,
+        flags: MountFlags::default(),
         dir: PathBuf::from(&pos[1]),
     };
     Some(mount_cmd(&a))
@@ -689,6 +708,30 @@ mod tests {
         assert!(discard(&["mount", "/mnt"]));
         assert!(!discard(&["mount", "/mnt", "-o", "nodiscard"]));
         assert!(discard(&["mount", "/mnt", "-o", "nodiscard,discard"]));
+        // Every generic mount(8) option is taken; the kernel's go to the mount.
+        let flags = |args: &[&str]| {
+            let mut m = Mount::try_parse_from(args).unwrap().a;
+            apply_options(&mut m).map(|()| m.flags)
+        };
+        let f = flags(&[
+            "mount",
+            "/mnt",
+            "-o",
+            "ro,nosuid,nodev,noexec,sync,dirsync,nodiratime,strictatime,lazytime,defaults,nofail,x-systemd.automount",
+        ])
+        .unwrap();
+        assert!(f.read_only && f.nosuid && f.nodev && f.noexec && f.sync && f.dirsync);
+        assert!(f.nodiratime && f.lazytime && !f.remount);
+        assert_eq!(f.atime, ptsd_fs::fuse::Atime::Strictatime);
+        let f = flags(&["mount", "/mnt", "-o", "remount,ro", "-o", "rw,noatime"]).unwrap();
+        assert!(f.remount && !f.read_only);
+        assert_eq!(f.atime, ptsd_fs::fuse::Atime::Noatime);
+        assert_eq!(
+            flags(&["mount", "/mnt"]).unwrap().atime,
+            ptsd_fs::fuse::Atime::Relatime
+        );
+        assert!(flags(&["mount", "/mnt", "-o", "ro=1"]).is_err());
+        assert!(flags(&["mount", "/mnt", "-o", "nosuchoption"]).is_err());
         // Write-only opens bypass the page cache unless told otherwise.
         let direct = |args: &[&str]| {
             let mut m = Mount::try_parse_from(args).unwrap().a;

@@ -1909,3 +1909,94 @@ fn write_only_writers_and_cached_readers_agree(t: Transport) {
 }
 
 on_both_transports!(write_only_writers_and_cached_readers_agree,);
+
+/// The mount options of this mount (`/proc/self/mountinfo`'s per-mount
+/// and superblock fields, together).
+fn mount_options_of(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+        .expect("the mount in mountinfo")
+        .to_string();
+    let (a, b) = line.split_once(" - ").unwrap();
+    let mut v: Vec<String> = a
+        .split(' ')
+        .nth(5)
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect();
+    v.extend(b.split(' ').nth(2).unwrap().split(',').map(String::from));
+    v
+}
+
+/// Generic mount(8) options: nosuid, nodev, noexec, sync, dirsync and the
+/// atime family reach the kernel mount (relatime by default), `remount,ro`
+/// makes every change EROFS and `remount,rw` undoes it, as `mount -o
+/// remount,…` does through the helper.
+fn generic_mount_options_reach_the_kernel_and_remount_works(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &[]);
+    let o = mount_options_of(&m.dir);
+    assert!(o.contains(&"relatime".to_string()), "{o:?}");
+    assert!(!o.contains(&"nosuid".to_string()), "{o:?}");
+    m.umount();
+    m.extra.extend(
+        [
+            "-o",
+            "nosuid,nodev,noexec,sync,dirsync,nodiratime,defaults,nofail",
+        ]
+        .map(String::from),
+    );
+    m.mount();
+    let o = mount_options_of(&m.dir);
+    for want in [
+        "nosuid",
+        "nodev",
+        "noexec",
+        "nodiratime",
+        "sync",
+        "dirsync",
+        "rw",
+    ] {
+        assert!(o.contains(&want.to_string()), "{want} not in {o:?}");
+    }
+    std::fs::write(m.p("f"), b"before").unwrap();
+    let remount = |opts: &str| {
+        let st = Command::new(PTSD)
+            .args(["mount", "-o", opts])
+            .arg(&m.dir)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "ptsd mount -o {opts}");
+    };
+    remount("remount,ro,nosuid,nodev,noexec");
+    assert!(mount_options_of(&m.dir).contains(&"ro".to_string()));
+    let e = std::fs::write(m.p("g"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("f"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert_eq!(std::fs::read(m.p("f")).unwrap(), b"before");
+    remount("remount,rw,nosuid,nodev,noexec");
+    std::fs::write(m.p("g"), b"after").unwrap();
+    assert_eq!(std::fs::read(m.p("g")).unwrap(), b"after");
+    // An option that is not one is still refused.
+    let out = Command::new(PTSD)
+        .args(["mount", "-o", "nosuchoption"])
+        .arg(&m.dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mount option"));
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(generic_mount_options_reach_the_kernel_and_remount_works,);

@@ -5,6 +5,7 @@
 //! the requests go through ptsd's own front end ([`crate::frontend`]) on
 //! either transport.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use fuser::{Config, Filesystem, InitFlags, KernelConfig, MountOption, Request, SessionACL};
@@ -96,6 +97,160 @@ pub struct MountOpts {
     pub fsname: String,
     /// Unmount when the daemon exits (through fusermount3).
     pub auto_unmount: bool,
+    /// The generic mount(8) flags the kernel mount gets.
+    pub flags: MountFlags,
+}
+
+/// How the kernel keeps access times: mount(8)'s atime family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Atime {
+    /// `relatime` (Linux's default).
+    #[default]
+    Relatime,
+    /// `noatime`.
+    Noatime,
+    /// `strictatime`.
+    Strictatime,
+}
+
+/// The generic mount(8) options that are the kernel's business: what
+/// `-o ro,nosuid,nodev,noexec,sync,dirsync` and the atime family ask of the
+/// mount. (`ptsd mount` parses them; the file system's own side of `ro` and
+/// `sync` is the `FileSystem`'s.)
+///
+/// ```
+/// use ptsd_fs::fuse::{Atime, MountFlags};
+/// let mut f = MountFlags::default();
+/// for o in ["ro", "nosuid", "noatime", "nodiratime", "remount"] {
+///     assert!(f.apply(o), "{o}");
+/// }
+/// assert!(f.read_only && f.nosuid && f.nodiratime && f.remount);
+/// assert_eq!(f.atime, Atime::Noatime);
+/// assert!(!f.apply("journal"));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MountFlags {
+    /// `ro` (`rw` clears it).
+    pub read_only: bool,
+    /// `nosuid` (`suid` clears it).
+    pub nosuid: bool,
+    /// `nodev` (`dev` clears it).
+    pub nodev: bool,
+    /// `noexec` (`exec` clears it).
+    pub noexec: bool,
+    /// `sync` (`async` clears it).
+    pub sync: bool,
+    /// `dirsync`.
+    pub dirsync: bool,
+    /// The atime family.
+    pub atime: Atime,
+    /// `nodiratime` (`diratime` clears it).
+    pub nodiratime: bool,
+    /// `lazytime` (`nolazytime` clears it).
+    pub lazytime: bool,
+    /// `remount`: change the flags of the mount on the mount point
+    /// instead of mounting.
+    pub remount: bool,
+}
+
+impl MountFlags {
+    /// Applies one generic option; false if `o` is not one.
+    pub fn apply(&mut self, o: &str) -> bool {
+        match o {
+            "ro" => self.read_only = true,
+            "rw" => self.read_only = false,
+            "nosuid" => self.nosuid = true,
+            "suid" => self.nosuid = false,
+            "nodev" => self.nodev = true,
+            "dev" => self.nodev = false,
+            "noexec" => self.noexec = true,
+            "exec" => self.noexec = false,
+            "sync" => self.sync = true,
+            "async" => self.sync = false,
+            "dirsync" => self.dirsync = true,
+            "atime" | "relatime" => self.atime = Atime::Relatime,
+            "noatime" => self.atime = Atime::Noatime,
+            "strictatime" => self.atime = Atime::Strictatime,
+            "norelatime" | "nostrictatime" => self.atime = Atime::Relatime,
+            "nodiratime" => self.nodiratime = true,
+            "diratime" => self.nodiratime = false,
+            "lazytime" => self.lazytime = true,
+            "nolazytime" => self.lazytime = false,
+            "remount" => self.remount = true,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The per-mount `MS_*` flags (what a bind remount sets).
+    fn per_mount(&self) -> libc::c_ulong {
+        let mut f = 0;
+        for (on, bit) in [
+            (self.read_only, libc::MS_RDONLY),
+            (self.nosuid, libc::MS_NOSUID),
+            (self.nodev, libc::MS_NODEV),
+            (self.noexec, libc::MS_NOEXEC),
+            (self.nodiratime, libc::MS_NODIRATIME),
+            (self.atime == Atime::Noatime, libc::MS_NOATIME),
+            (self.atime == Atime::Strictatime, libc::MS_STRICTATIME),
+            (self.atime == Atime::Relatime, libc::MS_RELATIME),
+        ] {
+            if on {
+                f |= bit;
+            }
+        }
+        f
+    }
+
+    /// The superblock's `MS_*` flags.
+    fn per_sb(&self) -> libc::c_ulong {
+        let mut f = 0;
+        for (on, bit) in [
+            (self.read_only, libc::MS_RDONLY),
+            (self.sync, libc::MS_SYNCHRONOUS),
+            (self.dirsync, libc::MS_DIRSYNC),
+            (self.lazytime, libc::MS_LAZYTIME),
+        ] {
+            if on {
+                f |= bit;
+            }
+        }
+        f
+    }
+
+    /// What fuser's mount cannot say (`strictatime`, `nodiratime`,
+    /// `lazytime`): set by a remount right after the mount.
+    pub fn need_remount(&self) -> bool {
+        self.atime == Atime::Strictatime || self.nodiratime || self.lazytime
+    }
+}
+
+/// Sets the flags of the mount on `dir` to `f` (its superblock's with
+/// `MS_REMOUNT`, then the mount point's own with a bind remount): `mount
+/// -o remount,...`, and what fuser's mount cannot pass.
+pub fn remount(dir: &Path, f: &MountFlags) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(std::io::Error::other)?;
+    for flags in [
+        libc::MS_REMOUNT | f.per_sb(),
+        libc::MS_REMOUNT | libc::MS_BIND | f.per_mount(),
+    ] {
+        // SAFETY: `c` is a NUL-terminated path; the other pointers may be
+        // null for a remount.
+        let r = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c.as_ptr(),
+                std::ptr::null(),
+                flags,
+                std::ptr::null(),
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 impl Default for MountOpts {
@@ -112,17 +267,13 @@ impl Default for MountOpts {
             threads: cpus.clamp(2, 16),
             fsname: "ptsd".into(),
             auto_unmount: false,
+            flags: MountFlags::default(),
         }
     }
 }
 
 /// The `fuser` configuration ptsd-fs mounts with.
 pub fn mount_config(o: &MountOpts) -> Config {
-    mount_config_with(o, &[])
-}
-
-/// [`mount_config`] with `extra` kernel mount options.
-pub fn mount_config_with(o: &MountOpts, extra: &[MountOption]) -> Config {
     let mut c = Config::default();
     c.mount_options = vec![
         MountOption::FSName(o.fsname.clone()),
@@ -133,11 +284,19 @@ pub fn mount_config_with(o: &MountOpts, extra: &[MountOption]) -> Config {
         // with it), so pass it as a kernel option on both paths.
         MountOption::CUSTOM("subtype=ptsd".into()),
         MountOption::DefaultPermissions,
-        MountOption::NoAtime,
-        MountOption::Dev,
-        MountOption::Suid,
     ];
-    c.mount_options.extend_from_slice(extra);
+    let f = &o.flags;
+    for (on, yes, no) in [
+        (f.nodev, MountOption::NoDev, Some(MountOption::Dev)),
+        (f.nosuid, MountOption::NoSuid, Some(MountOption::Suid)),
+        (f.read_only, MountOption::RO, None),
+        (f.noexec, MountOption::NoExec, None),
+        (f.sync, MountOption::Sync, None),
+        (f.dirsync, MountOption::DirSync, None),
+        (f.atime == Atime::Noatime, MountOption::NoAtime, None),
+    ] {
+        c.mount_options.extend(if on { Some(yes) } else { no });
+    }
     if o.auto_unmount {
         c.mount_options.push(MountOption::AutoUnmount);
     }

@@ -270,7 +270,7 @@ fn set_up(spec: &TargetSpec, scratch: &Path) -> Result<(Mounted, String)> {
             let dir = scratch.join(&spec.name);
             std::fs::create_dir_all(&dir).map_err(super::error::io_err("mkdir", &dir))?;
             let what = format!(
-                "no-op in-memory fuser fs in this process, {} threads, writeback cache {}",
+                "no-op in-memory FUSE fs in this process, {} threads, writeback cache {}",
                 options.threads, options.writeback_cache
             );
             let options = NoopOptions {

@@ -87,12 +87,16 @@ impl Mount {
         let init = Arc::new(UringInit::new(opts.uring));
         let step =
             Init::new(init.clone(), opts.direct_writes).writeback_cache(opts.writeback_cache);
-        let session = Session::new(step, dir, &mount_config(&opts.mount)).map_err(|source| {
-            ServeError::Mount {
-                dir: dir.to_path_buf(),
-                source,
-            }
-        })?;
+        let mount_err = |source| ServeError::Mount {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        let session = Session::new(step, dir, &mount_config(&opts.mount)).map_err(mount_err)?;
+        // What fuser's mount(2) cannot say (strictatime, nodiratime,
+        // lazytime) is set right after it.
+        if opts.mount.flags.need_remount() {
+            crate::fuse::remount(dir, &opts.mount.flags).map_err(mount_err)?;
+        }
         Ok(Mount {
             session,
             init,
