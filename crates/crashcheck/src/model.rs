@@ -103,6 +103,18 @@ pub const PARENTS: [&str; 3] = ["", "d0", "d1"];
 pub const NAMES: [&str; 5] = ["a", "b", "c", "d0", "d1"];
 /// Extended attribute names.
 pub const XATTRS: [&str; 2] = ["user.x", "user.y"];
+
+/// The value `Op::SetXattr` stores for byte `v`: short, or (one in seven)
+/// 3 000 bytes, so two of them need ptsd-fs's xattr chain and crashes land
+/// while a set moves between one block and a chain.
+pub fn xattr_value(v: u8) -> Vec<u8> {
+    let len = if v % 7 == 0 {
+        3000
+    } else {
+        1 + v as usize % 40
+    };
+    vec![v; len]
+}
 /// Writes and fallocates land at multiples of this in `0..OFF_UNITS`.
 pub const OFF_UNIT: u64 = 4096;
 pub const OFF_UNITS: u32 = 600;
@@ -322,7 +334,7 @@ impl Model {
             }
             Op::Rename(src, dst) => return self.rename(src, dst),
             Op::SetXattr(p, x, v) => {
-                let val = vec![*v; 1 + (*v as usize % 40)];
+                let val = xattr_value(*v);
                 match self.ents.get_mut(p) {
                     Some(Ent::Dir(xs)) => {
                         xs.insert(XATTRS[*x].into(), val);

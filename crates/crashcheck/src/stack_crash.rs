@@ -173,7 +173,7 @@ impl Live {
             }
             Op::SetXattr(p, x, v) => {
                 let ino = self.resolve(p).map_err(|x| e("lookup", x))?;
-                let val = vec![*v; 1 + (*v as usize % 40)];
+                let val = crate::model::xattr_value(*v);
                 self.fs()
                     .setxattr(ino, crate::model::XATTRS[*x].as_bytes(), &val, 0)
                     .map_err(|x| e("setxattr", x))?;
