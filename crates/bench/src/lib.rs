@@ -3,6 +3,8 @@
 //! [`paper_ftl`] is `ptsd sim --paper`: the PTSD paper's evaluation (PAGE,
 //! DFTL, PART, PART-SCHED, WRITEOPT on the emulated SSD), with latency CDF
 //! plots drawn by [`plot`]; the criterion benches live in `benches/`.
+//! [`zns`] is `ptsd sim --zoned --compare`: the conventional SSD (device GC)
+//! against the zoned SSD under a host log-structured layer (host GC).
 //!
 //! [`fsbench`] is `ptsd bench fs`: two file-system workloads — a
 //! varmail-like one (fsync-heavy small-file mail server) and a

@@ -192,6 +192,8 @@ pub struct ZnsRow {
     pub host_copies: u64,
     /// Pages the device's GC copied (0 on the zoned device).
     pub device_copies: u64,
+    /// User writes that waited for the host's GC to free a zone.
+    pub host_stalled_writes: u64,
     /// NAND programs per page the user wrote.
     pub total_waf: f64,
     pub erases: u64,
@@ -221,6 +223,7 @@ fn conventional_row(p: &PhaseReport<FtlStats>) -> ZnsRow {
         device_waf: d.waf,
         host_copies: 0,
         device_copies: d.gc_data_copies + d.gc_map_copies,
+        host_stalled_writes: 0,
         total_waf: d.waf,
         erases: d.erases,
         iops: p.throughput.iops,
@@ -239,6 +242,7 @@ fn zoned_row(p: &PhaseReport<HostLogStats>) -> ZnsRow {
         device_waf: d.device.waf,
         host_copies: d.host_copies,
         device_copies: 0,
+        host_stalled_writes: d.stalled_writes,
         total_waf: d.total_waf,
         erases: d.device.erases,
         iops: p.throughput.iops,
@@ -336,7 +340,7 @@ impl ZnsReport {
             self.zone_pages as f64 * 4096.0 / f64::from(1u32 << 20),
         );
         out.push_str(&format!(
-            "{:<13} {:<13} {:>8} {:>11} {:>11} {:>9} {:>8} {:>9} {:>8} {:>9} {:>9} {:>10}\n",
+            "{:<13} {:<13} {:>8} {:>11} {:>11} {:>9} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>10}\n",
             "phase",
             "device",
             "dev WAF",
@@ -344,6 +348,7 @@ impl ZnsReport {
             "dev copies",
             "total WAF",
             "erases",
+            "stalls",
             "IOPS",
             "MB/s",
             "rd p50 us",
@@ -352,7 +357,7 @@ impl ZnsReport {
         ));
         for r in &self.rows {
             out.push_str(&format!(
-                "{:<13} {:<13} {:>8.2} {:>11} {:>11} {:>9.2} {:>8} {:>9.0} {:>8.1} {:>9.0} {:>9.0} {:>10.0}\n",
+                "{:<13} {:<13} {:>8.2} {:>11} {:>11} {:>9.2} {:>8} {:>8} {:>9.0} {:>8.1} {:>9.0} {:>9.0} {:>10.0}\n",
                 r.phase,
                 r.device,
                 r.device_waf,
@@ -360,6 +365,7 @@ impl ZnsReport {
                 r.device_copies,
                 r.total_waf,
                 r.erases,
+                r.host_stalled_writes,
                 r.iops,
                 r.mb_per_s,
                 r.read.p50_us,
