@@ -494,7 +494,8 @@ impl ZonedSsd {
     }
 
     /// Write `pages` pages at `lpn` (its zone's write pointer) at time
-    /// `now_ns` (times given to the device never go back). `data` holds
+    /// `now_ns` (an earlier time than a previous command's counts as that
+    /// one). `data` holds
     /// them if the store keeps data.
     pub fn write(
         &mut self,
@@ -530,6 +531,9 @@ impl ZonedSsd {
         pages: u32,
         data: Option<&[u8]>,
     ) -> Result<ZoneDone, ZonedError> {
+        // A time before the last one given is taken as that one: the
+        // timelines never place work in the past.
+        let now_ns = now_ns.max(self.tl.now());
         self.tl.prune(now_ns);
         if placed.closed.is_some() {
             self.stats.implicit_closes += 1;
@@ -587,6 +591,9 @@ impl ZonedSsd {
                 });
             }
         }
+        // A time before the last one given is taken as that one: the
+        // timelines never place work in the past.
+        let now_ns = now_ns.max(self.tl.now());
         self.tl.prune(now_ns);
         let zp = self.zone_pages();
         let mut done = now_ns + self.cfg.nand.t_dram_ns;
@@ -650,6 +657,9 @@ impl ZonedSsd {
         let programmed = self.zones.reset(zone)?;
         let zone = zone as u32;
         self.stats.resets += 1;
+        // A time before the last one given is taken as that one: the
+        // timelines never place work in the past.
+        let now_ns = now_ns.max(self.tl.now());
         self.tl.prune(now_ns);
         let ppb = self.layout.ppb;
         let mut done = now_ns;

@@ -281,3 +281,13 @@ fn a_reset_of_a_full_zone_takes_one_erase_time() {
         Ok(ZonedWorkload::SeqWrite { zones: 3 })
     );
 }
+
+#[test]
+fn a_time_in_the_past_counts_as_the_last_one() {
+    let cfg = timing_only();
+    let (t_prog, t_xfer) = (cfg.nand.t_prog_ns, cfg.nand.t_xfer_ns);
+    let mut dev = ZonedSsd::new(cfg).unwrap();
+    dev.write(1_000_000, 0, 1, None).unwrap();
+    let d = dev.write(5, 1, 1, None).unwrap();
+    assert_eq!(d.done_ns, 1_000_000 + t_xfer + t_prog);
+}
