@@ -617,9 +617,8 @@ pub fn run_with(
     let saved: Vec<Mutex<Option<Checkpoint<Ssd>>>> =
         (0..entrants.len()).map(|_| Mutex::new(None)).collect();
     let mut variants = parallel(threads, entrants, &order, &|i| {
-        let (report, checkpoint) = run_closed_phases(opts, &entrants[i], &|done, total| {
-            progress(i, done, total)
-        })?;
+        let (report, checkpoint) =
+            run_closed_phases(opts, &entrants[i], &|done, total| progress(i, done, total))?;
         *saved[i].lock().unwrap_or_else(|e| e.into_inner()) = checkpoint;
         Ok(report)
     })?;

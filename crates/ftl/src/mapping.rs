@@ -318,6 +318,45 @@ impl Lists {
         Some(t)
     }
 
+    /// Put `x` (in no list) at the back of list `l`.
+    #[inline]
+    pub fn push_back(&mut self, l: usize, x: u32) {
+        let t = self.tail[l];
+        self.next[x as usize] = NIL;
+        self.prev[x as usize] = t;
+        if t == NIL {
+            self.head[l] = x;
+        } else {
+            self.next[t as usize] = x;
+        }
+        self.tail[l] = x;
+        self.len[l] += 1;
+    }
+
+    /// The front (most recently used) item of list `l`.
+    #[inline]
+    pub fn front(&self, l: usize) -> Option<u32> {
+        Some(self.head[l]).filter(|&x| x != NIL)
+    }
+
+    /// The back (least recently used) item of list `l`.
+    #[inline]
+    pub fn back(&self, l: usize) -> Option<u32> {
+        Some(self.tail[l]).filter(|&x| x != NIL)
+    }
+
+    /// The item after `x` (towards the back) in its list.
+    #[inline]
+    pub fn next_of(&self, x: u32) -> Option<u32> {
+        Some(self.next[x as usize]).filter(|&y| y != NIL)
+    }
+
+    /// The item before `x` (towards the front) in its list.
+    #[inline]
+    pub fn prev_of(&self, x: u32) -> Option<u32> {
+        Some(self.prev[x as usize]).filter(|&y| y != NIL)
+    }
+
     /// Move `x` (in list `l`) to its front.
     #[inline]
     pub fn touch(&mut self, l: usize, x: u32) {

@@ -41,11 +41,13 @@ pub enum Access {
     /// usual "skewed"); the popular slots are scattered over the span, not
     /// packed at its start.
     Zipf { theta: f64 },
-    /// Sequential runs: each run starts at a uniformly random slot and
-    /// goes on for `run_slots` consecutive slots (wrapping at the end of
-    /// the span) before the next jumps: the sequential locality of
-    /// real traces (MSR, Financial) that prefetching FTLs exploit.
-    Runs { run_slots: u32 },
+    /// Sequential runs: each run starts at a random slot and goes on for
+    /// `run_slots` consecutive slots (wrapping at the end of the span)
+    /// before the next jumps: the sequential locality of real traces (MSR,
+    /// Financial) that prefetching FTLs exploit. Run starts are uniform
+    /// with `theta` 0, else Zipf-distributed and scattered as with
+    /// [`Zipf`](Access::Zipf) (hot runs recur: temporal locality too).
+    Runs { run_slots: u32, theta: f64 },
 }
 
 /// Everything that defines a synthetic workload.
@@ -236,7 +238,9 @@ impl Workload {
             _ => spec.span_pages / per,
         };
         let zipf = match spec.access {
-            Access::Zipf { theta } => {
+            Access::Zipf { theta } | Access::Runs { theta, .. }
+                if matches!(spec.access, Access::Zipf { .. }) || theta != 0.0 =>
+            {
                 if !theta.is_finite() || theta < 0.0 {
                     return Err(WorkloadError::ZipfTheta(theta));
                 }
@@ -273,9 +277,12 @@ impl Workload {
                 slot
             }
             Access::Uniform => self.rng.gen_range(0..self.slots),
-            Access::Runs { run_slots } => {
+            Access::Runs { run_slots, .. } => {
                 if self.run_left == 0 {
-                    self.next_sequential_slot = self.rng.gen_range(0..self.slots);
+                    self.next_sequential_slot = match self.zipf {
+                        Some(_) => self.zipf_slot(),
+                        None => self.rng.gen_range(0..self.slots),
+                    };
                     self.run_left = run_slots.max(1);
                 }
                 self.run_left -= 1;
@@ -283,16 +290,19 @@ impl Workload {
                 self.next_sequential_slot = (slot + 1) % self.slots;
                 slot
             }
-            Access::Zipf { .. } => {
-                let zipf = self.zipf.as_ref().expect("built with the Zipf access");
-                // Samples are ranks in [1, slots].
-                let rank = (zipf.sample(&mut self.rng) as u64).clamp(1, self.slots) - 1;
-                if self.slots % SCATTER_PRIME == 0 {
-                    rank
-                } else {
-                    ((u128::from(rank) * u128::from(SCATTER_PRIME)) % u128::from(self.slots)) as u64
-                }
-            }
+            Access::Zipf { .. } => self.zipf_slot(),
+        }
+    }
+
+    /// A Zipf-distributed slot, popular ones scattered over the span.
+    fn zipf_slot(&mut self) -> u64 {
+        let zipf = self.zipf.as_ref().expect("built with a Zipf access");
+        // Samples are ranks in [1, slots].
+        let rank = (zipf.sample(&mut self.rng) as u64).clamp(1, self.slots) - 1;
+        if self.slots % SCATTER_PRIME == 0 {
+            rank
+        } else {
+            ((u128::from(rank) * u128::from(SCATTER_PRIME)) % u128::from(self.slots)) as u64
         }
     }
 }
@@ -343,7 +353,10 @@ mod tests {
     #[test]
     fn runs_are_sequential_then_jump() {
         let spec = WorkloadSpec {
-            access: Access::Runs { run_slots: 8 },
+            access: Access::Runs {
+                run_slots: 8,
+                theta: 0.0,
+            },
             ..WorkloadSpec::random_read(1 << 20, 64, 3)
         };
         let lpns: Vec<u64> = spec.build().unwrap().map(|r| r.lpn).collect();
