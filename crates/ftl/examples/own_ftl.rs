@@ -36,9 +36,14 @@ impl Fifo {
         }
         // Miss: make room (writing back a dirty victim), then read the page.
         while self.order.len() >= self.cap {
-            let Some(v) = self.order.pop_front() else { break };
+            let Some(v) = self.order.pop_front() else {
+                break;
+            };
             if self.state[v as usize] == 2 {
-                acts.push(MapAction::WriteBack { mpn: v, read_first: false });
+                acts.push(MapAction::WriteBack {
+                    mpn: v,
+                    read_first: false,
+                });
             }
             self.state[v as usize] = 0;
         }
@@ -58,14 +63,20 @@ impl MappingScheme for Fifo {
     }
     fn gc_update(&mut self, mpn: u32, _lpns: &[u32], acts: &mut Vec<MapAction>) {
         match self.state[mpn as usize] {
-            0 => acts.push(MapAction::WriteBack { mpn, read_first: true }),
+            0 => acts.push(MapAction::WriteBack {
+                mpn,
+                read_first: true,
+            }),
             _ => self.state[mpn as usize] = 2,
         }
     }
     fn write_back_all(&mut self, acts: &mut Vec<MapAction>) {
         for (mpn, s) in self.state.iter_mut().enumerate() {
             if *s == 2 {
-                acts.push(MapAction::WriteBack { mpn: mpn as u32, read_first: false });
+                acts.push(MapAction::WriteBack {
+                    mpn: mpn as u32,
+                    read_first: false,
+                });
                 *s = 1;
             }
         }
@@ -122,7 +133,9 @@ fn main() {
         let mixed = WorkloadSpec::mixed(pages, 70, pages / 4, 2);
         for (phase, spec) in [("fill", fill), ("randwrite", randwrite), ("mixed70", mixed)] {
             let mut w = spec.build().expect("a valid workload");
-            let r = sim.run_closed(phase, &mut w, 128).expect("the simulation runs");
+            let r = sim
+                .run_closed(phase, &mut w, 128)
+                .expect("the simulation runs");
             if phase == "mixed70" {
                 println!(
                     "{name:<10} mixed70: {:>7.0} IOPS, read p99 {:>6.0} us, map reads {}, map programs {}",
