@@ -23,6 +23,12 @@
 //! of the read phase. Each phase is reported separately; the five devices
 //! run in parallel threads.
 //!
+//! A custom FTL (mapping scheme, GC policy, scheduler: see `ptsd_ftl`'s
+//! "Write your own FTL") runs beside the built-ins with [`run_with`] and an
+//! [`Entrant::Custom`]: same device, DFTL's mapping budget, same phases,
+//! table, JSON and CDF plots; [`PaperOptions::with_phase`] adds phases of
+//! its own (e.g. sequential runs for a prefetching scheme).
+//!
 //! ```
 //! use ptsd_bench::paper_ftl::{run, PaperOptions};
 //! let opts = PaperOptions::tiny();
@@ -35,13 +41,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ptsd_ftl::sim::{Checkpoint, Poisson, Simulator};
 use ptsd_ftl::stats::{format_table, PhaseReport};
 use ptsd_ftl::workload::{precondition, WorkloadSpec};
-use ptsd_ftl::{FtlConfig, FtlStats, Ssd, Variant};
+use ptsd_ftl::{Extensions, FtlConfig, FtlStats, SchemeFactory, Ssd, Variant};
 use serde::{Deserialize, Serialize};
 
 use thiserror::Error;
@@ -117,6 +123,51 @@ pub struct PaperOptions {
     pub channels: Option<u32>,
     pub chips_per_channel: Option<u32>,
     pub pages_per_block: Option<u32>,
+    /// Phases run after the paper's, each from the preconditioned device
+    /// (none by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_phases: Vec<(String, WorkloadSpec)>,
+}
+
+/// One device of the experiment: a built-in variant, or a custom FTL.
+#[derive(Clone, Debug)]
+pub enum Entrant {
+    /// One of the paper's five.
+    Variant(Variant),
+    /// DFTL's device and mapping budget with custom parts in place of the
+    /// built-ins (FIFO and greedy GC where it sets none).
+    Custom {
+        /// Its name in the table, JSON and plots.
+        name: String,
+        /// The custom scheme, GC policy and/or scheduler.
+        parts: Extensions,
+    },
+}
+
+impl Entrant {
+    /// The paper's five variants.
+    pub fn variants() -> Vec<Entrant> {
+        Variant::ALL.into_iter().map(Entrant::Variant).collect()
+    }
+
+    /// A custom mapping scheme, named by its factory.
+    pub fn scheme(scheme: Arc<dyn SchemeFactory>) -> Entrant {
+        Entrant::Custom {
+            name: scheme.name().to_uppercase(),
+            parts: Extensions {
+                scheme: Some(scheme),
+                ..Extensions::default()
+            },
+        }
+    }
+
+    /// The name in the table.
+    pub fn name(&self) -> String {
+        match self {
+            Entrant::Variant(v) => v.name().to_string(),
+            Entrant::Custom { name, .. } => name.clone(),
+        }
+    }
 }
 
 impl Default for PaperOptions {
@@ -134,6 +185,7 @@ impl Default for PaperOptions {
             channels: None,
             chips_per_channel: None,
             pages_per_block: None,
+            extra_phases: Vec::new(),
         }
     }
 }
@@ -148,6 +200,26 @@ impl PaperOptions {
             channels: Some(2),
             chips_per_channel: Some(2),
             ..PaperOptions::default()
+        }
+    }
+
+    /// These options with one more phase after the paper's, run from the
+    /// preconditioned device.
+    pub fn with_phase(mut self, name: &str, spec: WorkloadSpec) -> Self {
+        self.extra_phases.push((name.to_string(), spec));
+        self
+    }
+
+    /// The device configuration of an entrant: a variant's
+    /// ([`config`](Self::config)), or DFTL's with the custom parts.
+    pub fn entrant_config(&self, entrant: &Entrant) -> FtlConfig {
+        match entrant {
+            Entrant::Variant(v) => self.config(*v),
+            Entrant::Custom { parts, .. } => {
+                let mut cfg = self.config(Variant::Dftl);
+                cfg.custom = parts.clone();
+                cfg
+            }
         }
     }
 
@@ -225,8 +297,15 @@ impl PaperOptions {
     /// later phase starts from the state they leave.
     pub const PRECONDITION_PHASES: usize = 2;
 
-    /// The phases every variant runs, in order.
+    /// The phases every variant runs, in order (the extra ones last).
     pub fn phases(&self) -> Vec<(String, WorkloadSpec)> {
+        let mut all = self.paper_phases();
+        all.extend(self.extra_phases.iter().cloned());
+        all
+    }
+
+    /// The paper's phases.
+    fn paper_phases(&self) -> Vec<(String, WorkloadSpec)> {
         let pages = self.logical_bytes() / 4096;
         let [fill, randwrite] = precondition(pages, self.precondition_factor, self.seed);
         let count = |f: f64| (pages as f64 * f).round() as u64;
@@ -323,20 +402,29 @@ pub fn run_variant(
     variant: Variant,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<VariantReport, PaperError> {
-    run_closed_phases(opts, variant, progress).map(|(v, _)| v)
+    run_entrant(opts, &Entrant::Variant(variant), progress)
+}
+
+/// [`run_variant`] for any entrant (a custom FTL too).
+pub fn run_entrant(
+    opts: &PaperOptions,
+    entrant: &Entrant,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<VariantReport, PaperError> {
+    run_closed_phases(opts, entrant, progress).map(|(v, _)| v)
 }
 
 /// [`run_variant`], also returning the preconditioned device (for the
 /// open-loop phase).
 fn run_closed_phases(
     opts: &PaperOptions,
-    variant: Variant,
+    entrant: &Entrant,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<(VariantReport, Option<Checkpoint<Ssd>>), PaperError> {
     opts.check()?;
     let wall = Instant::now();
-    let name = variant.name().to_string();
-    let config = opts.config(variant);
+    let name = entrant.name();
+    let config = opts.entrant_config(entrant);
     let ssd = Ssd::new(config.clone()).map_err(|source| PaperError::Config {
         variant: name.clone(),
         source,
@@ -391,12 +479,12 @@ fn run_closed_phases(
 /// workload with Poisson arrivals at `iops`.
 fn run_open_phase(
     opts: &PaperOptions,
-    variant: Variant,
+    entrant: &Entrant,
     saved: Checkpoint<Ssd>,
     iops: f64,
 ) -> Result<PhaseReport<FtlStats>, PaperError> {
     let (_, spec) = opts
-        .phases()
+        .paper_phases()
         .pop()
         .ok_or_else(|| PaperError::Options("no mixed phase to run open-loop".to_string()))?;
     let name = open_phase_name(opts);
@@ -408,32 +496,34 @@ fn run_open_phase(
     Simulator::from_checkpoint(saved)
         .run_open(&name, &mut arrivals, 1.0)
         .map_err(|source| PaperError::Sim {
-            variant: variant.name().to_string(),
+            variant: entrant.name(),
             source,
         })
 }
 
-/// Run `job(i)` for every variant index on `threads` threads, slowest
-/// first; a panic becomes [`PaperError::Panicked`].
+/// Run `job(i)` for every entrant index on `threads` threads in `order`
+/// (slowest first); a panic becomes [`PaperError::Panicked`].
 fn parallel<T: Send>(
     threads: usize,
+    entrants: &[Entrant],
+    order: &[usize],
     job: &(dyn Fn(usize) -> Result<T, PaperError> + Sync),
 ) -> Result<Vec<T>, PaperError> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<T, PaperError>>>> =
-        Mutex::new((0..Variant::ALL.len()).map(|_| None).collect());
+        Mutex::new((0..entrants.len()).map(|_| None).collect());
     let panicked = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = START_ORDER.get(k) else { break };
+                    let Some(&i) = order.get(k) else { break };
                     let r = job(i);
                     let failed = r.is_err();
                     results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
                     if failed {
                         // Skip the rest: the experiment is lost anyway.
-                        next.store(START_ORDER.len(), Ordering::Relaxed);
+                        next.store(order.len(), Ordering::Relaxed);
                     }
                 })
             })
@@ -452,7 +542,7 @@ fn parallel<T: Send>(
         match r {
             Some(Ok(v)) => out.push(v),
             Some(Err(e)) => return Err(e),
-            None => lost.push(Variant::ALL[i].name()),
+            None => lost.push(entrants[i].name()),
         }
     }
     if panicked || !lost.is_empty() {
@@ -463,7 +553,25 @@ fn parallel<T: Send>(
 
 /// The order to start the variants in: the slowest to simulate first, so
 /// that on few cores the last one to start is a short one.
-const START_ORDER: [usize; 5] = [1, 2, 3, 4, 0];
+const START_ORDER: [Variant; 5] = [
+    Variant::Dftl,
+    Variant::Part,
+    Variant::PartSched,
+    Variant::WriteOpt,
+    Variant::Page,
+];
+
+/// Entrant indexes in start order: custom ones first (unknown speed), then
+/// the variants slowest first.
+fn start_order(entrants: &[Entrant]) -> Vec<usize> {
+    let rank = |e: &Entrant| match e {
+        Entrant::Custom { .. } => 0,
+        Entrant::Variant(v) => 1 + START_ORDER.iter().position(|s| s == v).unwrap_or(0),
+    };
+    let mut order: Vec<usize> = (0..entrants.len()).collect();
+    order.sort_by_key(|&i| rank(&entrants[i]));
+    order
+}
 
 /// Run all five variants on `opts.threads` threads; `progress(variant,
 /// done, total)` is called as each makes progress (variant indexes follow
@@ -472,19 +580,45 @@ pub fn run(
     opts: &PaperOptions,
     progress: &(dyn Fn(usize, u64, u64) + Sync),
 ) -> Result<PaperReport, PaperError> {
+    run_with(opts, &Entrant::variants(), progress)
+}
+
+/// Run `entrants` (built-in variants and custom FTLs) through the paper's
+/// phases, in one table, JSON and set of plots, in the order given;
+/// `progress(entrant, done, total)` as each makes progress.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ptsd_bench::paper_ftl::{run_with, Entrant, PaperOptions};
+/// use ptsd_ftl::{SchemeConfig, Variant};
+///
+/// // A custom scheme (here a built-in one passed as a factory) beside DFTL.
+/// let entrants = [Entrant::Variant(Variant::Dftl), Entrant::scheme(Arc::new(SchemeConfig::ptsd()))];
+/// let report = run_with(&PaperOptions::tiny(), &entrants, &|_, _, _| {}).unwrap();
+/// assert_eq!(report.variants[1].name, "PTSD");
+/// assert!(report.table().contains("PTSD"));
+/// ```
+pub fn run_with(
+    opts: &PaperOptions,
+    entrants: &[Entrant],
+    progress: &(dyn Fn(usize, u64, u64) + Sync),
+) -> Result<PaperReport, PaperError> {
     opts.check()?;
+    if entrants.is_empty() {
+        return Err(PaperError::Options("no FTL to run".into()));
+    }
     let wall = Instant::now();
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     }
-    .min(Variant::ALL.len());
+    .min(entrants.len());
+    let order = start_order(entrants);
     let saved: Vec<Mutex<Option<Checkpoint<Ssd>>>> =
-        (0..Variant::ALL.len()).map(|_| Mutex::new(None)).collect();
-    let mut variants = parallel(threads, &|i| {
-        let (report, checkpoint) = run_closed_phases(opts, Variant::ALL[i], &|done, total| {
-            progress(i, done, total)
-        })?;
+        (0..entrants.len()).map(|_| Mutex::new(None)).collect();
+    let mut variants = parallel(threads, entrants, &order, &|i| {
+        let (report, checkpoint) =
+            run_closed_phases(opts, &entrants[i], &|done, total| progress(i, done, total))?;
         *saved[i].lock().unwrap_or_else(|e| e.into_inner()) = checkpoint;
         Ok(report)
     })?;
@@ -497,7 +631,7 @@ pub fn run(
     let open_iops = (opts.open_share * slowest).max(0.0);
     let mut open_requests = 0;
     if open_iops.is_finite() && open_iops > 0.0 {
-        let open = parallel(threads, &|i| {
+        let open = parallel(threads, entrants, &order, &|i| {
             let checkpoint = saved[i]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -505,7 +639,7 @@ pub fn run(
                 .ok_or_else(|| {
                     PaperError::Options("the device cannot be saved between phases".into())
                 })?;
-            run_open_phase(opts, Variant::ALL[i], checkpoint, open_iops)
+            run_open_phase(opts, &entrants[i], checkpoint, open_iops)
         })?;
         for (v, p) in variants.iter_mut().zip(open) {
             open_requests += p.throughput.requests;

@@ -4,9 +4,11 @@
 //! digest as it was (it changes how fast, not what, is simulated).
 //!
 //! `cargo run --release -p ptsd-ftl --example digest -- [GiB] [variant...]`
-//! (default: 1 GiB, all five variants).
+//! (default: 1 GiB, all five variants, then the adaptive PTSD variants and
+//! DFTL with cost-benefit GC: `part-adaptive`, `writeopt-adaptive`,
+//! `dftl-cb`).
 
-use ptsd_ftl::{FtlConfig, Ssd, Variant};
+use ptsd_ftl::{FtlConfig, GcPolicy, SchemeConfig, Ssd, Variant};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -56,19 +58,25 @@ fn run(
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let gib: u64 = args.get(1).map_or(1, |s| s.parse().unwrap());
-    let variants: Vec<Variant> = if args.len() > 2 {
-        args[2..].iter().map(|s| s.parse().unwrap()).collect()
+    let names: Vec<String> = if args.len() > 2 {
+        args[2..].to_vec()
     } else {
-        vec![
-            Variant::Page,
-            Variant::Dftl,
-            Variant::Part,
-            Variant::PartSched,
-            Variant::WriteOpt,
+        [
+            "page",
+            "dftl",
+            "part",
+            "part-sched",
+            "writeopt",
+            "part-adaptive",
+            "writeopt-adaptive",
+            "dftl-cb",
         ]
+        .map(String::from)
+        .to_vec()
     };
-    for v in variants {
-        let mut ssd = Ssd::new(FtlConfig::paper(v, gib << 30)).unwrap();
+    for name in names {
+        let (cfg, label) = config(&name, gib << 30);
+        let mut ssd = Ssd::new(cfg).unwrap();
         let mut rng = SmallRng::seed_from_u64(7);
         let pages = ssd.logical_pages();
         let mut all = Fnv(0xcbf2_9ce4_8422_2325);
@@ -90,6 +98,31 @@ fn main() {
         if gib <= 2 {
             ssd.check_invariants().unwrap();
         }
-        println!("{:<10} {gib} GiB all={:016x}{line}", v.name(), all.0);
+        println!("{label:<10} {gib} GiB all={:016x}{line}", all.0);
+    }
+}
+
+/// A paper variant by name, or one of the extra built-ins (adaptive PTSD,
+/// cost-benefit GC), and its label.
+fn config(name: &str, bytes: u64) -> (FtlConfig, String) {
+    let adaptive = |v: Variant| {
+        let mut cfg = FtlConfig::paper(v, bytes);
+        if let SchemeConfig::Ptsd { adaptive, .. } = &mut cfg.scheme {
+            *adaptive = true;
+        }
+        cfg
+    };
+    match name {
+        "part-adaptive" => (adaptive(Variant::Part), "PART-ADAPT".into()),
+        "writeopt-adaptive" => (adaptive(Variant::WriteOpt), "WO-ADAPT".into()),
+        "dftl-cb" => {
+            let mut cfg = FtlConfig::paper(Variant::Dftl, bytes);
+            cfg.gc.policy = GcPolicy::CostBenefit;
+            (cfg, "DFTL-CB".into())
+        }
+        v => {
+            let v: Variant = v.parse().unwrap();
+            (FtlConfig::paper(v, bytes), v.name().into())
+        }
     }
 }

@@ -2,8 +2,13 @@
 //! memory, scheme, GC, write buffer, scheduler and store.
 
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use thiserror::Error;
+
+use crate::mapping::{MapGeometry, SchemeFactory};
+use crate::policy::{Scheduler, VictimPolicy};
 
 /// Bytes one page-map entry costs in DRAM (a 32-bit physical page number).
 pub const MAP_ENTRY_BYTES: u64 = 4;
@@ -283,6 +288,9 @@ pub enum ConfigError {
     CleanRatio(f64),
     #[error("write buffer of {0} pages is too large (at most 65536)")]
     WriteBuffer(u32),
+    /// A custom mapping scheme refused the geometry or budget.
+    #[error("mapping scheme {scheme}: {reason}")]
+    Scheme { scheme: String, reason: String },
 }
 
 /// Everything that describes one emulated SSD.
@@ -336,6 +344,59 @@ pub struct FtlConfig {
     #[serde(default)]
     pub write_stop: WriteStop,
     pub store: StoreKind,
+    /// A custom mapping scheme, GC victim policy or scheduler, each in
+    /// place of the built-in `scheme`, `gc.policy` or `scheduler` named
+    /// above (which then only fill the tables where no custom one is set).
+    /// Not serialized: a device spec names built-ins only, and a custom
+    /// FTL is passed again to reopen its image.
+    #[serde(skip)]
+    pub custom: Extensions,
+}
+
+/// Custom parts of an FTL, set with [`FtlConfig::with_scheme`],
+/// [`with_gc_policy`](FtlConfig::with_gc_policy) and
+/// [`with_scheduler`](FtlConfig::with_scheduler). Equal when they share
+/// the same objects.
+#[derive(Clone, Default)]
+pub struct Extensions {
+    /// Builds the mapping scheme (instead of [`FtlConfig::scheme`]).
+    pub scheme: Option<Arc<dyn SchemeFactory>>,
+    /// Prototype of the GC victim policy (each device gets a copy).
+    pub gc_policy: Option<Arc<dyn VictimPolicy>>,
+    /// Prototype of the interface-queue scheduler.
+    pub scheduler: Option<Arc<dyn Scheduler>>,
+}
+
+impl Extensions {
+    /// Whether nothing is customised.
+    pub fn is_empty(&self) -> bool {
+        self.scheme.is_none() && self.gc_policy.is_none() && self.scheduler.is_none()
+    }
+}
+
+impl fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Extensions")
+            .field("scheme", &self.scheme.as_ref().map(|s| s.name()))
+            .field("gc_policy", &self.gc_policy.as_ref().map(|p| p.name()))
+            .field("scheduler", &self.scheduler.as_ref().map(|s| s.name()))
+            .finish()
+    }
+}
+
+impl PartialEq for Extensions {
+    fn eq(&self, other: &Self) -> bool {
+        fn same<T: ?Sized>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+            match (a, b) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+        }
+        same(&self.scheme, &other.scheme)
+            && same(&self.gc_policy, &other.gc_policy)
+            && same(&self.scheduler, &other.scheduler)
+    }
 }
 
 impl Default for FtlConfig {
@@ -360,6 +421,7 @@ impl Default for FtlConfig {
             scheduler: SchedulerKind::Fifo,
             write_stop: WriteStop::Intended,
             store: StoreKind::None,
+            custom: Extensions::default(),
         }
     }
 }
@@ -388,6 +450,97 @@ impl Geometry {
 }
 
 impl FtlConfig {
+    /// This config with a custom mapping scheme in place of
+    /// [`scheme`](Self::scheme).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ptsd_ftl::{FtlConfig, SchemeConfig, Ssd, Variant};
+    /// // Any `SchemeFactory`; here a built-in one, to keep the example short
+    /// // (the crate README writes a scheme of its own).
+    /// let cfg = FtlConfig::paper(Variant::Dftl, 64 << 20)
+    ///     .with_scheme(Arc::new(SchemeConfig::ptsd()));
+    /// assert_eq!(cfg.scheme_name(), "ptsd");
+    /// let ssd = Ssd::new(cfg).unwrap();
+    /// ```
+    pub fn with_scheme(mut self, scheme: Arc<dyn SchemeFactory>) -> Self {
+        self.custom.scheme = Some(scheme);
+        self
+    }
+
+    /// This config with a custom GC victim policy in place of
+    /// [`gc.policy`](GcConfig::policy).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ptsd_ftl::policy::CostBenefit;
+    /// use ptsd_ftl::{FtlConfig, Variant};
+    /// let cfg = FtlConfig::paper(Variant::Dftl, 64 << 20).with_gc_policy(Arc::new(CostBenefit));
+    /// assert_eq!(cfg.gc_policy().name(), "cost-benefit");
+    /// ```
+    pub fn with_gc_policy(mut self, policy: Arc<dyn VictimPolicy>) -> Self {
+        self.custom.gc_policy = Some(policy);
+        self
+    }
+
+    /// This config with a custom interface-queue scheduler in place of
+    /// [`scheduler`](Self::scheduler).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ptsd_ftl::policy::ReadPriority;
+    /// use ptsd_ftl::{FtlConfig, Variant};
+    /// let cfg = FtlConfig::paper(Variant::Dftl, 64 << 20).with_scheduler(Arc::new(ReadPriority));
+    /// assert_eq!(cfg.scheduler().name(), "read-priority");
+    /// ```
+    pub fn with_scheduler(mut self, scheduler: Arc<dyn Scheduler>) -> Self {
+        self.custom.scheduler = Some(scheduler);
+        self
+    }
+
+    /// The mapping scheme's factory: the custom one, or the built-in
+    /// [`scheme`](Self::scheme).
+    pub fn scheme_factory(&self) -> &dyn SchemeFactory {
+        match &self.custom.scheme {
+            Some(f) => f.as_ref(),
+            None => &self.scheme,
+        }
+    }
+
+    /// The mapping scheme's name (`dftl`, `ptsd`, or a custom one's).
+    pub fn scheme_name(&self) -> String {
+        self.scheme_factory().name()
+    }
+
+    /// A new GC victim policy for a device of this config.
+    pub fn gc_policy(&self) -> Box<dyn VictimPolicy> {
+        match &self.custom.gc_policy {
+            Some(p) => p.clone_box(),
+            None => self.gc.policy.policy(),
+        }
+    }
+
+    /// A new scheduler for a device of this config.
+    pub fn scheduler(&self) -> Box<dyn Scheduler> {
+        match &self.custom.scheduler {
+            Some(s) => s.clone_box(),
+            None => self.scheduler.scheduler(),
+        }
+    }
+
+    /// The paper's setup for a custom mapping scheme: DFTL's device,
+    /// mapping budget and FIFO scheduler, with `scheme` in place of DFTL.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ptsd_ftl::{FtlConfig, SchemeConfig, Variant};
+    /// let cfg = FtlConfig::paper_with(Arc::new(SchemeConfig::Dftl), 1 << 30);
+    /// assert_eq!(cfg.map_memory_bytes, FtlConfig::paper(Variant::Dftl, 1 << 30).map_memory_bytes);
+    /// ```
+    pub fn paper_with(scheme: Arc<dyn SchemeFactory>, logical_bytes: u64) -> Self {
+        FtlConfig::paper(Variant::Dftl, logical_bytes).with_scheme(scheme)
+    }
+
     /// The paper's board with `blocks_per_chip` chosen so that the device
     /// exposes exactly `logical_bytes` at the configured over-provisioning.
     pub fn with_logical_bytes(mut self, logical_bytes: u64) -> Self {
@@ -574,52 +727,6 @@ impl FtlConfig {
                 have: u64::from(self.blocks_per_chip).saturating_sub(data_blocks),
             });
         }
-        let budget = self.map_budget_bytes();
-        let page = u64::from(self.page_size);
-        let gtd = g.map_pages * MAP_ENTRY_BYTES;
-        match self.scheme {
-            SchemeConfig::Page => {
-                let needed = g.logical_pages * MAP_ENTRY_BYTES;
-                if budget < needed {
-                    return Err(ConfigError::MapMemory {
-                        scheme: "page",
-                        budget,
-                        needed,
-                    });
-                }
-            }
-            SchemeConfig::Dftl => {
-                let needed = gtd + page;
-                if budget < needed {
-                    return Err(ConfigError::MapMemory {
-                        scheme: "dftl",
-                        budget,
-                        needed,
-                    });
-                }
-            }
-            SchemeConfig::Ptsd {
-                clean_ratio,
-                entry_dirty,
-                ..
-            } => {
-                if !(clean_ratio > 0.0 && clean_ratio < 1.0) {
-                    return Err(ConfigError::CleanRatio(clean_ratio));
-                }
-                let min_dirty = if entry_dirty { DIRTY_ENTRY_BYTES } else { page };
-                let cmt = budget.saturating_sub(gtd);
-                let clean = (cmt as f64 * clean_ratio) as u64;
-                let needed_share =
-                    (page as f64 / clean_ratio).max(min_dirty as f64 / (1.0 - clean_ratio));
-                if clean < page || cmt - clean < min_dirty {
-                    return Err(ConfigError::MapMemory {
-                        scheme: "ptsd",
-                        budget,
-                        needed: gtd + needed_share.ceil() as u64,
-                    });
-                }
-            }
-        }
-        Ok(())
+        self.scheme_factory().check(&MapGeometry::of(self))
     }
 }

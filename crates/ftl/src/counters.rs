@@ -1,5 +1,7 @@
 //! Engine counters ([`FtlStats`]).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Mapping-page operations split by what caused them.
@@ -73,6 +75,11 @@ pub struct FtlStats {
     pub map_memory_bytes: u64,
     /// PTSD: share of the cache budget the clean region has now.
     pub clean_share: f64,
+    /// A mapping scheme's own counters
+    /// ([`MappingScheme::counters`](crate::mapping::MappingScheme::counters)),
+    /// by name; empty (and absent from the JSON) for the built-ins.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scheme: BTreeMap<String, u64>,
 }
 
 impl FtlStats {

@@ -1,11 +1,10 @@
 //! Block and page state of the NAND array: owners, valid counts, write
 //! pointers, free lists per chip, open blocks per stream, erase counts, and
-//! GC victim selection. All arrays are indexed by block or page number.
+//! the state GC victim policies read. All arrays are indexed by block or page number.
 
 use std::collections::VecDeque;
 
 use crate::bigvec::BigVec;
-use crate::config::GcPolicy;
 use crate::fastdiv::Divisor;
 use crate::mapping::NIL;
 
@@ -157,55 +156,6 @@ impl Flash {
         if self.track_age {
             self.stamp[b] = now;
         }
-    }
-
-    /// The block on `chip` GC should clean next, if any has invalid pages.
-    pub fn victim(&self, chip: u32, policy: GcPolicy, now: u64) -> Option<u32> {
-        let blocks = chip * self.blocks_per_chip..(chip + 1) * self.blocks_per_chip;
-        let mut best = None;
-        match policy {
-            GcPolicy::Greedy => {
-                // The first block with the fewest valid pages: test the
-                // count first, whether GC may take the block only for a
-                // new best.
-                let mut best_valid = u32::MAX;
-                for b in blocks {
-                    let v = self.valid[b as usize];
-                    if v < best_valid && self.collectable(b) {
-                        best_valid = v;
-                        best = Some(b);
-                        if v == 0 {
-                            break;
-                        }
-                    }
-                }
-            }
-            GcPolicy::CostBenefit => {
-                let mut best_score = f64::MIN;
-                for b in blocks.filter(|&b| self.collectable(b)) {
-                    let i = b as usize;
-                    let u = f64::from(self.valid[i]) / f64::from(self.ppb);
-                    let age = (now.saturating_sub(self.stamp[i]) + 1) as f64;
-                    let score = if u == 0.0 {
-                        f64::MAX
-                    } else {
-                        age * (1.0 - u) / (2.0 * u)
-                    };
-                    if score > best_score {
-                        best_score = score;
-                        best = Some(b);
-                    }
-                }
-            }
-        }
-        best
-    }
-
-    /// Whether GC may clean block `b`: in use, not open, some page invalid.
-    #[inline]
-    fn collectable(&self, b: u32) -> bool {
-        let i = b as usize;
-        self.pool[i] != POOL_FREE && !self.open[i] && self.valid[i] < self.wp[i]
     }
 
     /// Rebuild the free lists from `pool` (after recovery); every used

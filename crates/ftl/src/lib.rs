@@ -39,25 +39,29 @@
 
 mod bigvec;
 pub mod config;
+pub mod conformance;
 mod counters;
 pub mod device;
 mod error;
 mod fastdiv;
 mod flash;
 pub mod image;
-mod mapping;
+pub mod mapping;
+pub mod policy;
 pub mod request;
 mod ssd;
 pub mod store;
 mod timeline;
 
 pub use config::{
-    ConfigError, FtlConfig, GcConfig, GcPolicy, SchedulerKind, SchemeConfig, StoreKind,
+    ConfigError, Extensions, FtlConfig, GcConfig, GcPolicy, SchedulerKind, SchemeConfig, StoreKind,
     UnknownScheduler, Variant, WriteStop,
 };
 pub use counters::{ByCause, FtlStats};
 pub use device::{Clock, SsdDevice, VirtualClock, WallClock};
 pub use error::{DeviceFault, FtlError, RequestError};
+pub use mapping::{MapAction, MapGeometry, MappingScheme, SchemeFactory};
+pub use policy::{Scheduler, VictimPolicy};
 pub use request::{Completion, Op, Request};
 pub mod sim;
 pub mod stats;

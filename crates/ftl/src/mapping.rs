@@ -1,34 +1,128 @@
-//! Mapping schemes behind one trait.
+//! Mapping schemes: the public trait the engine talks to, and the built-ins
+//! (page, DFTL, PTSD with its page- and entry-granular dirty regions and the
+//! adaptive split) implemented on it.
 //!
 //! The engine keeps the authoritative logical-to-physical array itself (it is
-//! what the flash holds plus what the cache changed); a [`MapCache`] models
-//! what a controller with limited DRAM would have to do to use it: which
-//! mapping (translation) pages it must read on a miss and which it must write
-//! back when it evicts dirty state. It answers with [`MapAction`]s, which the
-//! engine places on the NAND timelines.
+//! what the flash holds plus what the cache changed); a [`MappingScheme`]
+//! models what a controller with limited DRAM would have to do to use it:
+//! which mapping (translation) pages it must read on a miss and which it must
+//! write back when it evicts dirty state. It answers with [`MapAction`]s,
+//! which the engine places on the NAND timelines, and reports the DRAM it
+//! models. A scheme therefore cannot lose data: a wrong scheme gives wrong
+//! timings and counters, never wrong contents; the
+//! [`conformance`](crate::conformance) kit checks the rest of its contract.
+//!
+//! A [`SchemeFactory`] builds a scheme for one device; the built-in
+//! [`SchemeConfig`] is one, and any other is accepted wherever it is
+//! (`FtlConfig::with_scheme`). The crate README's "Write your own FTL"
+//! walks through one.
 
-use crate::bigvec::prefetch;
-use crate::config::{SchemeConfig, DIRTY_ENTRY_BYTES, MAP_ENTRY_BYTES};
+use std::fmt;
 
-pub(crate) const NIL: u32 = u32::MAX;
+use crate::config::{ConfigError, FtlConfig, SchemeConfig, DIRTY_ENTRY_BYTES, MAP_ENTRY_BYTES};
 
-/// A flash operation on mapping pages the cache needs.
+mod builtin;
+
+/// "No item" in [`Lists`] (and in the engine's block lists).
+pub const NIL: u32 = u32::MAX;
+
+/// A flash operation on mapping (translation) pages a scheme needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MapAction {
+pub enum MapAction {
     /// Read mapping page `mpn` into DRAM; the lookup waits for it.
     Load(u32),
     /// Write mapping page `mpn` with its current content. `read_first`: the
     /// page is not in DRAM, so read the old copy first (read-modify-write).
-    WriteBack { mpn: u32, read_first: bool },
+    WriteBack {
+        /// The mapping page.
+        mpn: u32,
+        /// Read the flash copy before writing (the page is not cached).
+        read_first: bool,
+    },
+}
+
+/// What a scheme is built for: the device's mapping geometry, its DRAM
+/// budget and its NAND timing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MapGeometry {
+    /// Logical pages the host addresses (LPNs are `0..logical_pages`).
+    pub logical_pages: u64,
+    /// Mapping pages (`mpn` is `lpn / entries_per_map_page`).
+    pub map_pages: u64,
+    /// Map entries (4 B each) per mapping page.
+    pub entries_per_map_page: u32,
+    /// Bytes per page.
+    pub page_size: u32,
+    /// Mapping DRAM the scheme may model, in bytes (the GTD included).
+    pub budget_bytes: u64,
+    /// Flash read and program times (for schemes that weigh them).
+    pub t_read_ns: u64,
+    /// See `t_read_ns`.
+    pub t_prog_ns: u64,
+}
+
+impl MapGeometry {
+    /// The geometry of the device `cfg` describes.
+    ///
+    /// ```
+    /// use ptsd_ftl::mapping::MapGeometry;
+    /// use ptsd_ftl::{FtlConfig, Variant};
+    /// let g = MapGeometry::of(&FtlConfig::paper(Variant::Dftl, 64 << 20));
+    /// assert_eq!(g.logical_pages, 16384);
+    /// assert_eq!(g.map_pages, 16);
+    /// assert_eq!(g.gtd_bytes(), 64);
+    /// ```
+    pub fn of(cfg: &FtlConfig) -> Self {
+        let g = cfg.geometry();
+        MapGeometry {
+            logical_pages: g.logical_pages,
+            map_pages: g.map_pages,
+            entries_per_map_page: g.entries_per_map_page,
+            page_size: g.page_size,
+            budget_bytes: cfg.map_budget_bytes(),
+            t_read_ns: cfg.t_read_ns,
+            t_prog_ns: cfg.t_prog_ns,
+        }
+    }
+
+    /// DRAM of the global translation directory (4 B per mapping page),
+    /// which every demand-based scheme keeps.
+    pub fn gtd_bytes(&self) -> u64 {
+        self.map_pages * MAP_ENTRY_BYTES
+    }
+
+    /// The mapping page of `lpn`.
+    pub fn map_page_of(&self, lpn: u32) -> u32 {
+        lpn / self.entries_per_map_page
+    }
 }
 
 /// What a mapping scheme does on lookups and updates.
-pub(crate) trait MapCache: Send {
+///
+/// **What the engine guarantees.** `lpn < logical_pages` and `mpn` is its
+/// mapping page. [`read`](Self::read) is called once per host page read
+/// that is not served from the write buffer, in dispatch order;
+/// [`write`](Self::write) once per page a buffer flush programs and per
+/// page discarded; [`gc_update`](Self::gc_update) once per mapping page
+/// whose entries a GC run moved; [`write_back_all`](Self::write_back_all)
+/// at a host flush of a persistent device. The engine executes the
+/// actions in order: a `Load` delays the lookup until the page is read, a
+/// `WriteBack` programs a mapping page (after reading it when
+/// `read_first`). Actions of `gc_update` are queued for GC's idle time;
+/// only its `WriteBack`s are executed (the engine knows what GC moved).
+///
+/// **What the scheme must guarantee.** The return value says whether the
+/// lookup hit (counters only). Every dirty state it drops is written back
+/// by an action; after `write_back_all` nothing is dirty (a power cut
+/// then loses nothing the host flushed). [`memory_bytes`](Self::memory_bytes)
+/// stays within the budget of [`MapGeometry`] (the kit checks after every
+/// request). It must not panic on any sequence of calls.
+pub trait MappingScheme: Send {
     /// Translate `lpn` (in mapping page `mpn`) for a host read. Returns hit.
     fn read(&mut self, lpn: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool;
     /// Record a new mapping for `lpn` (host write or discard). Returns hit.
     fn write(&mut self, lpn: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool;
-    /// GC moved the pages `lpns` (all in mapping page `mpn`).
+    /// GC moved the pages `lpns` (sorted, all in mapping page `mpn`).
     fn gc_update(&mut self, mpn: u32, lpns: &[u32], acts: &mut Vec<MapAction>);
     /// Write back every dirty mapping page (checkpoint); afterwards nothing
     /// is dirty.
@@ -39,8 +133,12 @@ pub(crate) trait MapCache: Send {
     fn clean_share(&self) -> f64 {
         1.0
     }
-    /// Start fetching what a lookup or update of `lpn` will touch at
-    /// random (a hint before a batch of updates).
+    /// The scheme's own counters, cumulative since it was built (e.g.
+    /// prefetched entries); the engine reports them since the last
+    /// `reset_stats`, in `FtlStats::scheme` and the JSON.
+    fn counters(&self, _out: &mut Vec<(&'static str, u64)>) {}
+    /// Start fetching (into the CPU cache) what a lookup or update of `lpn`
+    /// will touch at random: a speed hint before a batch of updates.
     #[inline]
     fn prefetch(&self, _lpn: u32) {}
     /// Whether [`prefetch`](Self::prefetch) does anything (the engine
@@ -49,89 +147,109 @@ pub(crate) trait MapCache: Send {
         false
     }
     /// An independent copy (a snapshot of the device).
-    fn clone_box(&self) -> Box<dyn MapCache>;
-    /// Whether this scheme keeps mapping pages on flash at all.
+    fn clone_box(&self) -> Box<dyn MappingScheme>;
+    /// Whether this scheme keeps mapping pages on flash at all (the page
+    /// FTL does not).
     fn uses_map_pages(&self) -> bool {
         true
     }
 }
 
-/// Build the cache for a scheme. `budget` is the mapping memory in bytes.
-pub(crate) fn build(
-    scheme: SchemeConfig,
-    budget: u64,
-    logical_pages: u64,
-    map_pages: u64,
-    page_size: u32,
-    t_read: u64,
-    t_prog: u64,
-) -> Box<dyn MapCache> {
-    let epp = page_size / MAP_ENTRY_BYTES as u32;
-    let gtd = map_pages * MAP_ENTRY_BYTES;
-    let page = u64::from(page_size);
-    let cmt = budget.saturating_sub(gtd);
-    match scheme {
-        SchemeConfig::Page => Box::new(PageMap {
-            bytes: logical_pages * MAP_ENTRY_BYTES,
-        }),
-        SchemeConfig::Dftl => Box::new(Dftl {
-            state: vec![NOT_CACHED; map_pages as usize],
-            lru: Lists::new(map_pages as usize, 1),
-            cap: ((cmt / page) as u32).max(1),
-            gtd_bytes: gtd,
-            page_bytes: page,
-        }),
-        SchemeConfig::Ptsd {
-            clean_ratio,
-            entry_dirty,
-            adaptive,
-        } => {
-            let dirty_unit = if entry_dirty { DIRTY_ENTRY_BYTES } else { page };
-            let split = Split {
-                cmt_bytes: cmt,
-                page_bytes: page,
-                dirty_unit,
-                clean_bytes: (cmt as f64 * clean_ratio) as u64,
-                adaptive: adaptive.then(|| Adaptive::new(t_read, t_prog)),
-            };
-            if entry_dirty {
-                let (cap_clean, cap_dirty) = split.caps();
-                Box::new(PtsdEntry {
-                    state: vec![NOT_CACHED; map_pages as usize],
-                    clean: Lists::new(map_pages as usize, 1),
-                    buckets: Lists::new(map_pages as usize, epp as usize + 1),
-                    count: vec![0; map_pages as usize],
-                    dirty_bits: vec![0; logical_pages.div_ceil(64) as usize],
-                    max_count: 0,
-                    total: 0,
-                    cap_clean,
-                    cap_entries: cap_dirty,
-                    epp,
-                    gtd_bytes: gtd,
-                    split,
-                })
-            } else {
-                let (cap_clean, cap_dirty) = split.caps();
-                Box::new(PtsdPage {
-                    state: vec![NOT_CACHED; map_pages as usize],
-                    lists: Lists::new(map_pages as usize, 2),
-                    cap: [cap_clean, cap_dirty],
-                    gtd_bytes: gtd,
-                    split,
-                })
+/// Builds a [`MappingScheme`] for a device: what `FtlConfig` holds.
+///
+/// ```
+/// use ptsd_ftl::mapping::{MapGeometry, SchemeFactory};
+/// use ptsd_ftl::{FtlConfig, SchemeConfig, Variant};
+/// let cfg = FtlConfig::paper(Variant::Dftl, 64 << 20);
+/// let g = MapGeometry::of(&cfg);
+/// // The built-in schemes are factories too.
+/// SchemeConfig::Dftl.check(&g).unwrap();
+/// let dftl = SchemeConfig::Dftl.build(&g);
+/// assert_eq!(dftl.memory_bytes(), g.gtd_bytes());
+/// ```
+pub trait SchemeFactory: Send + Sync + fmt::Debug {
+    /// Short name for tables and JSON.
+    fn name(&self) -> String;
+    /// Whether the scheme can work on this geometry and budget (called by
+    /// `FtlConfig::validate`, before [`build`](Self::build)).
+    fn check(&self, _g: &MapGeometry) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    /// A new scheme with nothing cached.
+    fn build(&self, g: &MapGeometry) -> Box<dyn MappingScheme>;
+}
+
+impl SchemeFactory for SchemeConfig {
+    fn name(&self) -> String {
+        SchemeConfig::name(self).to_string()
+    }
+
+    fn check(&self, g: &MapGeometry) -> Result<(), ConfigError> {
+        let budget = g.budget_bytes;
+        let page = u64::from(g.page_size);
+        let gtd = g.gtd_bytes();
+        let short = |scheme, needed| {
+            Err(ConfigError::MapMemory {
+                scheme,
+                budget,
+                needed,
+            })
+        };
+        match *self {
+            SchemeConfig::Page => {
+                let needed = g.logical_pages * MAP_ENTRY_BYTES;
+                if budget < needed {
+                    return short("page", needed);
+                }
+            }
+            SchemeConfig::Dftl => {
+                if budget < gtd + page {
+                    return short("dftl", gtd + page);
+                }
+            }
+            SchemeConfig::Ptsd {
+                clean_ratio,
+                entry_dirty,
+                ..
+            } => {
+                if !(clean_ratio > 0.0 && clean_ratio < 1.0) {
+                    return Err(ConfigError::CleanRatio(clean_ratio));
+                }
+                let min_dirty = if entry_dirty { DIRTY_ENTRY_BYTES } else { page };
+                let cmt = budget.saturating_sub(gtd);
+                let clean = (cmt as f64 * clean_ratio) as u64;
+                let needed_share =
+                    (page as f64 / clean_ratio).max(min_dirty as f64 / (1.0 - clean_ratio));
+                if clean < page || cmt - clean < min_dirty {
+                    return short("ptsd", gtd + needed_share.ceil() as u64);
+                }
             }
         }
+        Ok(())
+    }
+
+    fn build(&self, g: &MapGeometry) -> Box<dyn MappingScheme> {
+        builtin::build(*self, g)
     }
 }
 
-const NOT_CACHED: u8 = 0;
-const CLEAN: u8 = 1;
-const DIRTY: u8 = 2;
-
 /// Several intrusive doubly linked lists over item indices `0..n`; an item
-/// is in at most one list. Front = most recently used.
+/// is in at most one list. Front = most recently used. What the built-in
+/// schemes keep their LRU orders in: O(1) touch and eviction with no
+/// allocation, 8 B per item.
+///
+/// ```
+/// use ptsd_ftl::mapping::Lists;
+/// let mut lru = Lists::new(4, 1);
+/// for x in [0, 1, 2] {
+///     lru.push_front(0, x);
+/// }
+/// lru.touch(0, 0);
+/// assert_eq!(lru.pop_back(0), Some(1));
+/// assert_eq!(lru.len(0), 2);
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct Lists {
+pub struct Lists {
     prev: Vec<u32>,
     next: Vec<u32>,
     head: Vec<u32>,
@@ -140,6 +258,7 @@ pub(crate) struct Lists {
 }
 
 impl Lists {
+    /// `lists` empty lists over items `0..items`.
     pub fn new(items: usize, lists: usize) -> Self {
         Lists {
             prev: vec![NIL; items],
@@ -150,11 +269,13 @@ impl Lists {
         }
     }
 
+    /// Items in list `l`.
     #[inline]
     pub fn len(&self, l: usize) -> u32 {
         self.len[l]
     }
 
+    /// Put `x` (in no list) at the front of list `l`.
     #[inline]
     pub fn push_front(&mut self, l: usize, x: u32) {
         let h = self.head[l];
@@ -169,6 +290,7 @@ impl Lists {
         self.len[l] += 1;
     }
 
+    /// Take `x` out of list `l` (which must hold it).
     #[inline]
     pub fn remove(&mut self, l: usize, x: u32) {
         let (p, n) = (self.prev[x as usize], self.next[x as usize]);
@@ -185,6 +307,7 @@ impl Lists {
         self.len[l] -= 1;
     }
 
+    /// Take the back (least recently used) item of list `l`.
     #[inline]
     pub fn pop_back(&mut self, l: usize) -> Option<u32> {
         let t = self.tail[l];
@@ -195,603 +318,51 @@ impl Lists {
         Some(t)
     }
 
+    /// Put `x` (in no list) at the back of list `l`.
+    #[inline]
+    pub fn push_back(&mut self, l: usize, x: u32) {
+        let t = self.tail[l];
+        self.next[x as usize] = NIL;
+        self.prev[x as usize] = t;
+        if t == NIL {
+            self.head[l] = x;
+        } else {
+            self.next[t as usize] = x;
+        }
+        self.tail[l] = x;
+        self.len[l] += 1;
+    }
+
+    /// The front (most recently used) item of list `l`.
+    #[inline]
+    pub fn front(&self, l: usize) -> Option<u32> {
+        Some(self.head[l]).filter(|&x| x != NIL)
+    }
+
+    /// The back (least recently used) item of list `l`.
+    #[inline]
+    pub fn back(&self, l: usize) -> Option<u32> {
+        Some(self.tail[l]).filter(|&x| x != NIL)
+    }
+
+    /// The item after `x` (towards the back) in its list.
+    #[inline]
+    pub fn next_of(&self, x: u32) -> Option<u32> {
+        Some(self.next[x as usize]).filter(|&y| y != NIL)
+    }
+
+    /// The item before `x` (towards the front) in its list.
+    #[inline]
+    pub fn prev_of(&self, x: u32) -> Option<u32> {
+        Some(self.prev[x as usize]).filter(|&y| y != NIL)
+    }
+
+    /// Move `x` (in list `l`) to its front.
     #[inline]
     pub fn touch(&mut self, l: usize, x: u32) {
         if self.head[l] != x {
             self.remove(l, x);
             self.push_front(l, x);
         }
-    }
-}
-
-/// The page FTL: the whole map is in DRAM; nothing to do.
-#[derive(Clone)]
-struct PageMap {
-    bytes: u64,
-}
-
-impl MapCache for PageMap {
-    fn clone_box(&self) -> Box<dyn MapCache> {
-        Box::new(self.clone())
-    }
-    fn read(&mut self, _: u32, _: u32, _: &mut Vec<MapAction>) -> bool {
-        true
-    }
-    fn write(&mut self, _: u32, _: u32, _: &mut Vec<MapAction>) -> bool {
-        true
-    }
-    fn gc_update(&mut self, _: u32, _: &[u32], _: &mut Vec<MapAction>) {}
-    fn write_back_all(&mut self, _: &mut Vec<MapAction>) {}
-    fn memory_bytes(&self) -> u64 {
-        self.bytes
-    }
-    fn uses_map_pages(&self) -> bool {
-        false
-    }
-}
-
-/// DFTL: whole mapping pages in one LRU. A miss evicts the LRU page,
-/// writing it back first if dirty, whoever (read or write) caused the miss.
-#[derive(Clone)]
-struct Dftl {
-    state: Vec<u8>,
-    lru: Lists,
-    cap: u32,
-    gtd_bytes: u64,
-    page_bytes: u64,
-}
-
-impl Dftl {
-    fn make_room(&mut self, acts: &mut Vec<MapAction>) {
-        while self.lru.len(0) >= self.cap {
-            let Some(v) = self.lru.pop_back(0) else { break };
-            if self.state[v as usize] == DIRTY {
-                acts.push(MapAction::WriteBack {
-                    mpn: v,
-                    read_first: false,
-                });
-            }
-            self.state[v as usize] = NOT_CACHED;
-        }
-    }
-
-    fn access(&mut self, mpn: u32, dirty: bool, acts: &mut Vec<MapAction>) -> bool {
-        let s = &mut self.state[mpn as usize];
-        if *s != NOT_CACHED {
-            if dirty {
-                *s = DIRTY;
-            }
-            self.lru.touch(0, mpn);
-            return true;
-        }
-        self.make_room(acts);
-        acts.push(MapAction::Load(mpn));
-        self.state[mpn as usize] = if dirty { DIRTY } else { CLEAN };
-        self.lru.push_front(0, mpn);
-        false
-    }
-}
-
-impl MapCache for Dftl {
-    fn clone_box(&self) -> Box<dyn MapCache> {
-        Box::new(self.clone())
-    }
-    fn read(&mut self, _: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
-        self.access(mpn, false, acts)
-    }
-    fn write(&mut self, _: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
-        self.access(mpn, true, acts)
-    }
-    fn gc_update(&mut self, mpn: u32, _: &[u32], acts: &mut Vec<MapAction>) {
-        // Cached: update in DRAM (as DFTL does). Otherwise one batch
-        // read-modify-write of the mapping page for all moved entries.
-        if self.state[mpn as usize] != NOT_CACHED {
-            self.state[mpn as usize] = DIRTY;
-        } else {
-            acts.push(MapAction::WriteBack {
-                mpn,
-                read_first: true,
-            });
-        }
-    }
-    fn write_back_all(&mut self, acts: &mut Vec<MapAction>) {
-        for (mpn, s) in self.state.iter_mut().enumerate() {
-            if *s == DIRTY {
-                acts.push(MapAction::WriteBack {
-                    mpn: mpn as u32,
-                    read_first: false,
-                });
-                *s = CLEAN;
-            }
-        }
-    }
-    fn memory_bytes(&self) -> u64 {
-        self.gtd_bytes + u64::from(self.lru.len(0)) * self.page_bytes
-    }
-}
-
-/// How PTSD splits its cache budget, and the optional adaptive controller.
-#[derive(Clone)]
-struct Split {
-    cmt_bytes: u64,
-    page_bytes: u64,
-    /// Bytes per dirty unit: a page, or one entry in the entry-granular mode.
-    dirty_unit: u64,
-    clean_bytes: u64,
-    adaptive: Option<Adaptive>,
-}
-
-impl Split {
-    /// (clean pages, dirty units), each at least one.
-    fn caps(&self) -> (u32, u32) {
-        let clean = (self.clean_bytes / self.page_bytes).max(1);
-        let dirty =
-            ((self.cmt_bytes - self.clean_bytes.min(self.cmt_bytes)) / self.dirty_unit).max(1);
-        (
-            clean.min(u64::from(u32::MAX)) as u32,
-            dirty.min(u64::from(u32::MAX)) as u32,
-        )
-    }
-
-    /// Feed one event to the controller; `Some` when the split moved.
-    fn observe(&mut self, read_miss: bool) -> Option<(u32, u32)> {
-        let a = self.adaptive.as_mut()?;
-        let clean = a.observe(read_miss, self.clean_bytes, self.cmt_bytes)?;
-        self.clean_bytes = clean;
-        Some(self.caps())
-    }
-}
-
-/// Adaptive clean:dirty split (the paper's future work).
-///
-/// Every `WINDOW` events (read misses + dirty evictions) it compares the
-/// flash time each region cost in that window: read misses x t_read against
-/// dirty evictions x t_prog. If one side costs more than 10 % above the
-/// other, 1/32 of the cache budget moves to the region that cost more; the
-/// clean share stays within [10 %, 90 %]. Shrinking the clean region just
-/// drops clean pages; shrinking the dirty region takes effect at the next
-/// write, so a read still never programs flash.
-#[derive(Clone)]
-struct Adaptive {
-    t_read: u64,
-    t_prog: u64,
-    read_misses: u64,
-    dirty_evictions: u64,
-}
-
-const WINDOW: u64 = 1024;
-
-impl Adaptive {
-    fn new(t_read: u64, t_prog: u64) -> Self {
-        Adaptive {
-            t_read,
-            t_prog,
-            read_misses: 0,
-            dirty_evictions: 0,
-        }
-    }
-
-    fn observe(&mut self, read_miss: bool, clean: u64, total: u64) -> Option<u64> {
-        if read_miss {
-            self.read_misses += 1;
-        } else {
-            self.dirty_evictions += 1;
-        }
-        if self.read_misses + self.dirty_evictions < WINDOW {
-            return None;
-        }
-        let read_cost = self.read_misses * self.t_read;
-        let write_cost = self.dirty_evictions * self.t_prog;
-        self.read_misses = 0;
-        self.dirty_evictions = 0;
-        let step = total / 32;
-        let (lo, hi) = (total / 10, total - total / 10);
-        let next = if read_cost * 10 > write_cost * 11 {
-            (clean + step).min(hi)
-        } else if write_cost * 10 > read_cost * 11 {
-            clean.saturating_sub(step).max(lo)
-        } else {
-            clean
-        };
-        (next != clean).then_some(next)
-    }
-}
-
-/// PTSD with a page-granular dirty region (PART, PART-SCHED).
-#[derive(Clone)]
-struct PtsdPage {
-    state: Vec<u8>,
-    /// List 0 = clean region, list 1 = dirty region.
-    lists: Lists,
-    cap: [u32; 2],
-    gtd_bytes: u64,
-    split: Split,
-}
-
-const C: usize = 0;
-const D: usize = 1;
-
-impl PtsdPage {
-    fn evict_clean_to(&mut self, cap: u32) {
-        while self.lists.len(C) > cap {
-            let Some(v) = self.lists.pop_back(C) else {
-                break;
-            };
-            self.state[v as usize] = NOT_CACHED;
-        }
-    }
-
-    /// Make room for one more dirty page (write path only).
-    fn make_room_dirty(&mut self, acts: &mut Vec<MapAction>) {
-        while self.lists.len(D) >= self.cap[D] {
-            let Some(v) = self.lists.pop_back(D) else {
-                break;
-            };
-            acts.push(MapAction::WriteBack {
-                mpn: v,
-                read_first: false,
-            });
-            self.state[v as usize] = NOT_CACHED;
-            if let Some(caps) = self.split.observe(false) {
-                self.apply(caps);
-            }
-        }
-    }
-
-    fn apply(&mut self, (clean, dirty): (u32, u32)) {
-        self.cap = [clean, dirty];
-        self.evict_clean_to(clean);
-    }
-}
-
-impl MapCache for PtsdPage {
-    fn clone_box(&self) -> Box<dyn MapCache> {
-        Box::new(self.clone())
-    }
-    fn read(&mut self, _: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
-        match self.state[mpn as usize] {
-            CLEAN => {
-                self.lists.touch(C, mpn);
-                true
-            }
-            DIRTY => {
-                self.lists.touch(D, mpn);
-                true
-            }
-            _ => {
-                // Only clean pages are evicted on the read path: no program.
-                self.evict_clean_to(self.cap[C] - 1);
-                acts.push(MapAction::Load(mpn));
-                self.state[mpn as usize] = CLEAN;
-                self.lists.push_front(C, mpn);
-                if let Some(caps) = self.split.observe(true) {
-                    self.apply(caps);
-                }
-                false
-            }
-        }
-    }
-
-    fn write(&mut self, _: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
-        match self.state[mpn as usize] {
-            DIRTY => {
-                self.lists.touch(D, mpn);
-                true
-            }
-            CLEAN => {
-                self.lists.remove(C, mpn);
-                self.state[mpn as usize] = NOT_CACHED;
-                self.make_room_dirty(acts);
-                self.state[mpn as usize] = DIRTY;
-                self.lists.push_front(D, mpn);
-                true
-            }
-            _ => {
-                self.make_room_dirty(acts);
-                acts.push(MapAction::Load(mpn));
-                self.state[mpn as usize] = DIRTY;
-                self.lists.push_front(D, mpn);
-                false
-            }
-        }
-    }
-
-    fn gc_update(&mut self, mpn: u32, _: &[u32], acts: &mut Vec<MapAction>) {
-        match self.state[mpn as usize] {
-            DIRTY => {}
-            // A clean page stays clean: write the updated copy, keep it.
-            CLEAN => acts.push(MapAction::WriteBack {
-                mpn,
-                read_first: false,
-            }),
-            _ => acts.push(MapAction::WriteBack {
-                mpn,
-                read_first: true,
-            }),
-        }
-    }
-
-    fn write_back_all(&mut self, acts: &mut Vec<MapAction>) {
-        while let Some(v) = self.lists.pop_back(D) {
-            acts.push(MapAction::WriteBack {
-                mpn: v,
-                read_first: false,
-            });
-            self.state[v as usize] = NOT_CACHED;
-        }
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        self.gtd_bytes + u64::from(self.lists.len(C) + self.lists.len(D)) * self.split.page_bytes
-    }
-
-    fn clean_share(&self) -> f64 {
-        self.split.clean_bytes as f64 / self.split.cmt_bytes.max(1) as f64
-    }
-}
-
-/// PTSD with an entry-granular dirty region (WRITEOPT): dirty entries are
-/// kept per LPN, grouped by mapping page in buckets by count so the page
-/// with the most dirty entries is found in O(1).
-#[derive(Clone)]
-struct PtsdEntry {
-    state: Vec<u8>,
-    clean: Lists,
-    /// Bucket `k` lists the mapping pages with exactly `k` dirty entries.
-    buckets: Lists,
-    count: Vec<u16>,
-    dirty_bits: Vec<u64>,
-    max_count: usize,
-    total: u64,
-    cap_clean: u32,
-    cap_entries: u32,
-    epp: u32,
-    gtd_bytes: u64,
-    split: Split,
-}
-
-impl PtsdEntry {
-    #[inline]
-    fn is_dirty(&self, lpn: u32) -> bool {
-        self.dirty_bits[(lpn >> 6) as usize] & (1u64 << (lpn & 63)) != 0
-    }
-
-    fn evict_clean_to(&mut self, cap: u32) {
-        while self.clean.len(0) > cap {
-            let Some(v) = self.clean.pop_back(0) else {
-                break;
-            };
-            self.state[v as usize] = NOT_CACHED;
-        }
-    }
-
-    fn add_entry(&mut self, lpn: u32, mpn: u32) {
-        if self.is_dirty(lpn) {
-            return;
-        }
-        self.dirty_bits[(lpn >> 6) as usize] |= 1u64 << (lpn & 63);
-        let c = self.count[mpn as usize] as usize;
-        if c > 0 {
-            self.buckets.remove(c, mpn);
-        }
-        self.buckets.push_front(c + 1, mpn);
-        self.count[mpn as usize] = (c + 1) as u16;
-        self.max_count = self.max_count.max(c + 1);
-        self.total += 1;
-    }
-
-    /// Batch update: write all dirty entries of the fullest mapping page.
-    fn evict_one(&mut self, acts: &mut Vec<MapAction>) -> bool {
-        while self.max_count > 0 && self.buckets.len(self.max_count) == 0 {
-            self.max_count -= 1;
-        }
-        if self.max_count == 0 {
-            return false;
-        }
-        let Some(v) = self.buckets.pop_back(self.max_count) else {
-            return false;
-        };
-        self.flush_page(v, acts);
-        true
-    }
-
-    /// Write back mapping page `v` with its dirty entries (already out of its bucket).
-    fn flush_page(&mut self, v: u32, acts: &mut Vec<MapAction>) {
-        acts.push(MapAction::WriteBack {
-            mpn: v,
-            read_first: self.state[v as usize] != CLEAN,
-        });
-        let first = u64::from(v) * u64::from(self.epp);
-        let last = (first + u64::from(self.epp)).min(self.dirty_bits.len() as u64 * 64);
-        // epp is a multiple of 64 (page size >= 512 B), so whole words.
-        for w in (first / 64)..last.div_ceil(64) {
-            self.dirty_bits[w as usize] = 0;
-        }
-        self.total -= u64::from(self.count[v as usize]);
-        self.count[v as usize] = 0;
-        if let Some((clean, dirty)) = self.split.observe(false) {
-            self.cap_clean = clean;
-            self.cap_entries = dirty;
-            self.evict_clean_to(clean);
-        }
-    }
-
-    fn make_room(&mut self, acts: &mut Vec<MapAction>) {
-        while self.total > u64::from(self.cap_entries) {
-            if !self.evict_one(acts) {
-                break;
-            }
-        }
-    }
-}
-
-impl MapCache for PtsdEntry {
-    fn clone_box(&self) -> Box<dyn MapCache> {
-        Box::new(self.clone())
-    }
-    #[inline]
-    fn prefetch(&self, lpn: u32) {
-        if let Some(w) = self.dirty_bits.get((lpn >> 6) as usize) {
-            prefetch(w);
-        }
-    }
-    fn prefetches(&self) -> bool {
-        true
-    }
-
-    fn read(&mut self, lpn: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
-        if self.is_dirty(lpn) {
-            return true;
-        }
-        if self.state[mpn as usize] == CLEAN {
-            self.clean.touch(0, mpn);
-            return true;
-        }
-        self.evict_clean_to(self.cap_clean - 1);
-        acts.push(MapAction::Load(mpn));
-        self.state[mpn as usize] = CLEAN;
-        self.clean.push_front(0, mpn);
-        if let Some((clean, dirty)) = self.split.observe(true) {
-            self.cap_clean = clean;
-            self.cap_entries = dirty;
-            self.evict_clean_to(clean);
-        }
-        false
-    }
-
-    fn write(&mut self, lpn: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
-        // A write never reads a mapping page: the entry is appended.
-        let hit = self.is_dirty(lpn) || self.state[mpn as usize] == CLEAN;
-        self.add_entry(lpn, mpn);
-        self.make_room(acts);
-        hit
-    }
-
-    fn gc_update(&mut self, mpn: u32, lpns: &[u32], acts: &mut Vec<MapAction>) {
-        for &lpn in lpns {
-            self.add_entry(lpn, mpn);
-        }
-        self.make_room(acts);
-    }
-
-    fn write_back_all(&mut self, acts: &mut Vec<MapAction>) {
-        for mpn in 0..self.count.len() as u32 {
-            let c = self.count[mpn as usize] as usize;
-            if c > 0 {
-                self.buckets.remove(c, mpn);
-                self.flush_page(mpn, acts);
-            }
-        }
-        self.max_count = 0;
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        self.gtd_bytes
-            + u64::from(self.clean.len(0)) * self.split.page_bytes
-            + self.total * DIRTY_ENTRY_BYTES
-    }
-
-    fn clean_share(&self) -> f64 {
-        self.split.clean_bytes as f64 / self.split.cmt_bytes.max(1) as f64
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ptsd(entry: bool) -> Box<dyn MapCache> {
-        // 8 mapping pages of 1024 entries, room for 2 clean + 2 dirty pages
-        let page = 4096u64;
-        let gtd = 8 * 4;
-        build(
-            SchemeConfig::Ptsd {
-                clean_ratio: 0.5,
-                entry_dirty: entry,
-                adaptive: false,
-            },
-            gtd + 4 * page,
-            8 * 1024,
-            8,
-            4096,
-            120,
-            480,
-        )
-    }
-
-    #[test]
-    fn ptsd_reads_never_write_back() {
-        for entry in [false, true] {
-            let mut c = ptsd(entry);
-            let mut acts = Vec::new();
-            for mpn in 0..8u32 {
-                c.write(mpn * 1024, mpn, &mut acts);
-            }
-            acts.clear();
-            for round in 0..3 {
-                for mpn in 0..8u32 {
-                    c.read(mpn * 1024 + 1 + round, mpn, &mut acts);
-                }
-            }
-            assert!(
-                acts.iter().all(|a| matches!(a, MapAction::Load(_))),
-                "{acts:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn dftl_read_miss_can_write_back() {
-        let mut c = build(SchemeConfig::Dftl, 32 + 2 * 4096, 8 * 1024, 8, 4096, 1, 1);
-        let mut acts = Vec::new();
-        c.write(0, 0, &mut acts);
-        c.write(1024, 1, &mut acts);
-        acts.clear();
-        c.read(2048, 2, &mut acts);
-        assert_eq!(
-            acts,
-            vec![
-                MapAction::WriteBack {
-                    mpn: 0,
-                    read_first: false
-                },
-                MapAction::Load(2)
-            ]
-        );
-    }
-
-    #[test]
-    fn entry_eviction_is_greedy() {
-        let mut c = build(
-            SchemeConfig::Ptsd {
-                clean_ratio: 0.5,
-                entry_dirty: true,
-                adaptive: false,
-            },
-            32 + 2 * 4096,
-            8 * 1024,
-            8,
-            4096,
-            1,
-            1,
-        );
-        // dirty capacity = 4096 B / 8 B = 512 entries
-        let mut acts = Vec::new();
-        for i in 0..300 {
-            c.write(3 * 1024 + i, 3, &mut acts);
-        }
-        for i in 0..212 {
-            c.write(5 * 1024 + i, 5, &mut acts);
-        }
-        assert!(acts.is_empty());
-        c.write(0, 0, &mut acts);
-        assert_eq!(
-            acts,
-            vec![MapAction::WriteBack {
-                mpn: 3,
-                read_first: true
-            }]
-        );
-        assert_eq!(c.memory_bytes(), 32 + 213 * 8);
     }
 }

@@ -132,6 +132,13 @@ impl RequestSource for Workload {
             crate::workload::Access::Sequential => "sequential".to_string(),
             crate::workload::Access::Uniform => "random".to_string(),
             crate::workload::Access::Zipf { theta } => format!("zipf({theta})"),
+            crate::workload::Access::Runs {
+                run_slots,
+                theta: 0.0,
+            } => format!("runs of {run_slots}"),
+            crate::workload::Access::Runs { run_slots, theta } => {
+                format!("zipf({theta}) runs of {run_slots}")
+            }
         };
         format!("{access} {kind}, {} pages/request", s.pages_per_request)
     }

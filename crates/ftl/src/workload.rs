@@ -41,6 +41,13 @@ pub enum Access {
     /// usual "skewed"); the popular slots are scattered over the span, not
     /// packed at its start.
     Zipf { theta: f64 },
+    /// Sequential runs: each run starts at a random slot and goes on for
+    /// `run_slots` consecutive slots (wrapping at the end of the span)
+    /// before the next jumps: the sequential locality of real traces (MSR,
+    /// Financial) that prefetching FTLs exploit. Run starts are uniform
+    /// with `theta` 0, else Zipf-distributed and scattered as with
+    /// [`Zipf`](Access::Zipf) (hot runs recur: temporal locality too).
+    Runs { run_slots: u32, theta: f64 },
 }
 
 /// Everything that defines a synthetic workload.
@@ -201,6 +208,8 @@ pub struct Workload {
     /// Request-sized, request-aligned slots in the span.
     slots: u64,
     next_sequential_slot: u64,
+    /// `Runs`: slots left in the current run.
+    run_left: u32,
     emitted: u64,
 }
 
@@ -229,7 +238,9 @@ impl Workload {
             _ => spec.span_pages / per,
         };
         let zipf = match spec.access {
-            Access::Zipf { theta } => {
+            Access::Zipf { theta } | Access::Runs { theta, .. }
+                if matches!(spec.access, Access::Zipf { .. }) || theta != 0.0 =>
+            {
                 if !theta.is_finite() || theta < 0.0 {
                     return Err(WorkloadError::ZipfTheta(theta));
                 }
@@ -242,6 +253,7 @@ impl Workload {
             zipf,
             slots,
             next_sequential_slot: 0,
+            run_left: 0,
             emitted: 0,
             spec,
         })
@@ -265,16 +277,32 @@ impl Workload {
                 slot
             }
             Access::Uniform => self.rng.gen_range(0..self.slots),
-            Access::Zipf { .. } => {
-                let zipf = self.zipf.as_ref().expect("built with the Zipf access");
-                // Samples are ranks in [1, slots].
-                let rank = (zipf.sample(&mut self.rng) as u64).clamp(1, self.slots) - 1;
-                if self.slots % SCATTER_PRIME == 0 {
-                    rank
-                } else {
-                    ((u128::from(rank) * u128::from(SCATTER_PRIME)) % u128::from(self.slots)) as u64
+            Access::Runs { run_slots, .. } => {
+                if self.run_left == 0 {
+                    self.next_sequential_slot = match self.zipf {
+                        Some(_) => self.zipf_slot(),
+                        None => self.rng.gen_range(0..self.slots),
+                    };
+                    self.run_left = run_slots.max(1);
                 }
+                self.run_left -= 1;
+                let slot = self.next_sequential_slot;
+                self.next_sequential_slot = (slot + 1) % self.slots;
+                slot
             }
+            Access::Zipf { .. } => self.zipf_slot(),
+        }
+    }
+
+    /// A Zipf-distributed slot, popular ones scattered over the span.
+    fn zipf_slot(&mut self) -> u64 {
+        let zipf = self.zipf.as_ref().expect("built with a Zipf access");
+        // Samples are ranks in [1, slots].
+        let rank = (zipf.sample(&mut self.rng) as u64).clamp(1, self.slots) - 1;
+        if self.slots % SCATTER_PRIME == 0 {
+            rank
+        } else {
+            ((u128::from(rank) * u128::from(SCATTER_PRIME)) % u128::from(self.slots)) as u64
         }
     }
 }
@@ -321,6 +349,25 @@ impl Iterator for Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_are_sequential_then_jump() {
+        let spec = WorkloadSpec {
+            access: Access::Runs {
+                run_slots: 8,
+                theta: 0.0,
+            },
+            ..WorkloadSpec::random_read(1 << 20, 64, 3)
+        };
+        let lpns: Vec<u64> = spec.build().unwrap().map(|r| r.lpn).collect();
+        for run in lpns.chunks(8) {
+            for w in run.windows(2) {
+                assert_eq!(w[1], (w[0] + 1) % (1 << 20));
+            }
+        }
+        let starts: std::collections::HashSet<u64> = lpns.chunks(8).map(|r| r[0]).collect();
+        assert_eq!(starts.len(), 8, "every run starts somewhere else");
+    }
 
     #[test]
     fn same_seed_same_stream_other_seed_other_stream() {

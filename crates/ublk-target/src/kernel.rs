@@ -468,6 +468,21 @@ pub fn run(
     recover: bool,
     on_started: impl FnOnce(&Started) + Send + Sync + 'static,
 ) -> Result<OpStats, KernelError> {
+    run_with(opts, recover, |spec| spec.build_backend(), on_started)
+}
+
+/// [`run`] serving the backend `make_backend` builds (called once, with
+/// `opts.spec`, when the device is added) instead of the spec's: e.g. the
+/// emulated SSD with a custom FTL, `FtlBackend::new(cfg.with_scheme(..),
+/// timing)`. The spec is still what the device stores, so `ptsd ublk
+/// recover` would rebuild the built-in it names: a custom FTL's daemon
+/// recovers its devices itself (`recover` true).
+pub fn run_with(
+    opts: &DeviceOptions,
+    recover: bool,
+    make_backend: impl FnOnce(&DeviceSpec) -> Result<Box<dyn Backend>, crate::spec::SpecError>,
+    on_started: impl FnOnce(&Started) + Send + Sync + 'static,
+) -> Result<OpStats, KernelError> {
     check_driver()?;
     let features = driver_features().unwrap_or(0);
     let recovery = features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) != 0;
@@ -515,7 +530,7 @@ pub fn run(
     };
     let info = ctrl.dev_info();
     let dev_id = info.dev_id as i32;
-    let backend: Box<dyn Backend> = opts.spec.build_backend()?;
+    let backend: Box<dyn Backend> = make_backend(&opts.spec)?;
     let (bs, num_blocks) = (backend.block_size(), backend.num_blocks());
     let config = EngineConfig {
         queues: info.nr_hw_queues,

@@ -24,6 +24,7 @@ use crate::bigvec::prefetch;
 use crate::error::FtlError;
 use crate::flash::{Stream, INVALID, POOL_DATA, POOL_MAP, TRIM_OWNER};
 use crate::mapping::MapAction;
+use crate::policy::BlockView;
 use crate::store::{Oob, PageKind};
 
 /// One chip's GC under way: the victim and how far it has got.
@@ -93,7 +94,10 @@ impl Ssd {
         // Keep the last free block of a chip for GC.
         let keep = if stream == Stream::GcData { 0 } else { 1 };
         if self.flash.open_block(stream, chip, keep) {
-            if self.flash.free_count(chip) <= self.cfg.gc.low_free_blocks {
+            if self
+                .victims
+                .start_background(self.flash.free_count(chip), &self.cfg.gc)
+            {
                 self.gc_start(chip, t);
             }
             return Ok(self.flash.alloc_in_open(stream, chip));
@@ -201,9 +205,14 @@ impl Ssd {
         {
             return;
         }
-        let Some(victim) = self.flash.victim(chip, self.cfg.gc.policy, t) else {
+        let Some(victim) = self.victims.victim(&BlockView::new(&self.flash), chip, t) else {
             return;
         };
+        debug_assert!(
+            BlockView::new(&self.flash).collectable(victim)
+                && self.flash.chip_of(victim * self.g.pages_per_block) == chip,
+            "the GC policy chose block {victim}, not a collectable block of chip {chip}"
+        );
         if self.flash.pool[victim as usize] == POOL_DATA {
             self.stats.gc_data_runs += 1;
         } else {

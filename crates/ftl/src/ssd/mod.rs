@@ -16,7 +16,8 @@ use crate::counters::FtlStats;
 use crate::error::{DeviceFault, FtlError, RequestError};
 use crate::fastdiv::Divisor;
 use crate::flash::{Flash, INVALID, POOL_DATA};
-use crate::mapping::{self, MapAction, MapCache};
+use crate::mapping::{MapAction, MapGeometry, MappingScheme};
+use crate::policy::{Scheduler, VictimPolicy};
 use crate::request::{Op, Request};
 use crate::store::{MemStore, NoStore, Store};
 use crate::timeline::Timeline;
@@ -107,7 +108,15 @@ pub struct Ssd {
     pub(crate) gtd: Vec<u32>,
     /// Sequence number (as-of time) of each mapping page's flash copy.
     pub(crate) gtd_seq: Vec<u64>,
-    pub(crate) cache: Box<dyn MapCache>,
+    pub(crate) cache: Box<dyn MappingScheme>,
+    /// GC victim choice and the interface-queue order.
+    victims: Box<dyn VictimPolicy>,
+    sched: Box<dyn Scheduler>,
+    /// `sched.stop_writes_when_full()`, asked once.
+    sched_stops: bool,
+    /// The scheme's own counters at the last `reset_stats` (reported as
+    /// the difference), and scratch to read them.
+    scheme_base: Vec<(&'static str, u64)>,
     uses_map_pages: bool,
     /// `cache.prefetch` does something (only entry-granular PTSD's).
     cache_prefetches: bool,
@@ -210,15 +219,9 @@ impl Ssd {
     /// A new, empty SSD over any [`Store`] (already validated config).
     pub(crate) fn with_store(cfg: FtlConfig, store: Box<dyn Store>) -> Ssd {
         let g = cfg.geometry();
-        let cache = mapping::build(
-            cfg.scheme,
-            cfg.map_budget_bytes(),
-            g.logical_pages,
-            g.map_pages,
-            g.page_size,
-            cfg.t_read_ns,
-            cfg.t_prog_ns,
-        );
+        let cache = cfg.scheme_factory().build(&MapGeometry::of(&cfg));
+        let victims = cfg.gc_policy();
+        let sched = cfg.scheduler();
         let has_data = store.keeps_data();
         let persistent = store.persistent();
         let page = g.page_size as usize;
@@ -234,7 +237,7 @@ impl Ssd {
             ),
             flash: {
                 let mut f = Flash::new(g.chips, g.blocks_per_chip, g.pages_per_block);
-                f.track_age = cfg.gc.policy == crate::config::GcPolicy::CostBenefit;
+                f.track_age = victims.needs_age();
                 f
             },
             l2p: BigVec::filled(g.logical_pages as usize, UNMAPPED),
@@ -243,6 +246,10 @@ impl Ssd {
             uses_map_pages: cache.uses_map_pages(),
             cache_prefetches: cache.prefetches(),
             cache,
+            sched_stops: sched.stop_writes_when_full(),
+            victims,
+            sched,
+            scheme_base: Vec::new(),
             buf: WriteBuffer {
                 lpn: Vec::with_capacity(cap),
                 prev: Vec::with_capacity(cap),
@@ -322,6 +329,10 @@ impl Ssd {
             gtd: self.gtd.clone(),
             gtd_seq: self.gtd_seq.clone(),
             cache: self.cache.clone_box(),
+            victims: self.victims.clone_box(),
+            sched: self.sched.clone_box(),
+            sched_stops: self.sched_stops,
+            scheme_base: self.scheme_base.clone(),
             uses_map_pages: self.uses_map_pages,
             cache_prefetches: self.cache_prefetches,
             buf: self.buf.clone(),
@@ -399,6 +410,8 @@ impl Ssd {
             mean_erase_count: mean,
             ..FtlStats::default()
         };
+        self.scheme_base.clear();
+        self.cache.counters(&mut self.scheme_base);
         self.refresh_stats();
     }
 
@@ -586,6 +599,23 @@ impl Ssd {
         self.stats.refresh_waf();
         self.stats.map_memory_bytes = self.cache.memory_bytes();
         self.stats.clean_share = self.cache.clean_share();
+        self.stats.scheme = self.scheme_counters();
+    }
+
+    /// The scheme's counters since the last reset (`stats.scheme`).
+    pub(crate) fn scheme_counters(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut now = Vec::new();
+        self.cache.counters(&mut now);
+        now.into_iter()
+            .map(|(name, v)| {
+                let base = self
+                    .scheme_base
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(0, |b| b.1);
+                (name.to_string(), v.saturating_sub(base))
+            })
+            .collect()
     }
 
     /// Time at which every chip is idle (all placed operations done).

@@ -1,11 +1,13 @@
-//! The interface queue and scheduler: which queued request goes next
-//! (FIFO or read priority with `write_stop`), and completions.
+//! The interface queue: which queued request goes next (as the
+//! [`Scheduler`](crate::policy::Scheduler) orders the two queue heads, with
+//! `write_stop` for one that stops writes), and completions.
 
 use std::cmp::Reverse;
 
 use super::{DataIo, Done, Pick, Queued, Ssd};
-use crate::config::{SchedulerKind, WriteStop};
+use crate::config::WriteStop;
 use crate::error::{DeviceFault, FtlError, RequestError};
+use crate::policy::Candidate;
 use crate::request::{Completion, Op};
 
 impl Ssd {
@@ -52,10 +54,15 @@ impl Ssd {
         match (self.reads.front(), self.others.front()) {
             (Some(r), Some(o)) => {
                 let (tr, to) = (read_at(r), other_at(o));
-                let read_first = match self.cfg.scheduler {
-                    SchedulerKind::Fifo => r.arrival < o.arrival,
-                    SchedulerKind::ReadPriority => tr < to || (tr == to && r.arrival < o.arrival),
+                let cand = |q: &Queued, ready_ns| Candidate {
+                    op: q.req.op,
+                    lpn: q.req.lpn,
+                    pages: q.req.pages,
+                    submit_ns: q.submit_ns,
+                    ready_ns,
+                    arrival: q.arrival,
                 };
+                let read_first = self.sched.read_first(&cand(r, tr), &cand(o, to));
                 Some(if read_first {
                     (tr, Pick::Read)
                 } else {
@@ -101,7 +108,7 @@ impl Ssd {
                 let r = match q.req.op {
                     Op::Write => {
                         let fits = self.buf.len() + q.req.pages as usize <= self.buf.cap;
-                        if self.cfg.scheduler == SchedulerKind::ReadPriority && !fits {
+                        if self.sched_stops && !fits {
                             self.write_stop = true;
                             self.stats.write_stops += 1;
                             self.held = Some((q, t));

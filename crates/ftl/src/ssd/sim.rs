@@ -28,6 +28,7 @@ impl crate::sim::SimDevice for Ssd {
         s.refresh_waf();
         s.map_memory_bytes = self.cache.memory_bytes();
         s.clean_share = self.cache.clean_share();
+        s.scheme = self.scheme_counters();
         s
     }
 

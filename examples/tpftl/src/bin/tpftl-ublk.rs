@@ -1,0 +1,100 @@
+//! TPFTL's emulated SSD as `/dev/ublkbN`, served in the foreground until
+//! the device is deleted (`ptsd ublk del N`) — for fio, mkfs, anything.
+//!
+//! `cargo run --release -p ptsd-example-tpftl --features kernel --bin tpftl-ublk -- --size 1GiB --store mem`
+//!
+//! Needs the `ublk_drv` kernel module (the VM of `tests/vm/run.sh` has it).
+
+use std::io::Write as _;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use ptsd_example_tpftl::device_config;
+use ptsd_ftl::StoreKind;
+use ptsd_ublk::ftl::{FtlBackend, Timing};
+use ptsd_ublk::kernel::{self, DeviceOptions, Started};
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, SpecError};
+use ptsd_ublk::{Backend, LockMode};
+
+#[derive(Parser)]
+struct Args {
+    /// Logical capacity in bytes (a suffix: KiB, MiB, GiB).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    size: u64,
+    /// `mem` (data in the daemon's memory), `none` (timing only) or an
+    /// image file.
+    #[arg(long, default_value = "mem")]
+    store: String,
+    /// `off` or `emulate` (complete at the modelled NAND time).
+    #[arg(long, default_value = "off")]
+    timing: Timing,
+    /// Device id (-1: the driver picks).
+    #[arg(long, default_value_t = -1)]
+    id: i32,
+    /// Queues and depth.
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    #[arg(long, default_value_t = 128)]
+    depth: u16,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, mult) = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+        .iter()
+        .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
+        .unwrap_or((s, 1));
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("bad size {s:?} (e.g. 1GiB, 512MiB)"))
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let store = match FtlStore::parse(&args.store) {
+        FtlStore::None => StoreKind::None,
+        FtlStore::Mem => StoreKind::Memory,
+        FtlStore::File(p) => StoreKind::File {
+            path: std::path::absolute(&p).with_context(|| format!("image {}", p.display()))?,
+        },
+    };
+    let cfg = device_config(args.size, store);
+    cfg.validate().context("the device configuration")?;
+    // What the device stores for tools that list it; the backend served is
+    // the one built below (see `kernel::run_with`).
+    let spec = DeviceSpec {
+        backend: BackendSpec::Ftl {
+            scheme: FtlScheme::Dftl,
+            bytes: args.size,
+            store: FtlStore::parse(&args.store),
+            timing: args.timing,
+        },
+        sched: None,
+        lock_mode: LockMode::Swap,
+        poll: true,
+    };
+    let opts = DeviceOptions {
+        id: args.id,
+        queues: args.queues,
+        depth: args.depth,
+        io_buf_bytes: 512 << 10,
+        spec,
+    };
+    kernel::check_driver()?;
+    let timing = args.timing;
+    let stats = kernel::run_with(
+        &opts,
+        false,
+        move |_| {
+            let b = FtlBackend::new(cfg, timing).map_err(SpecError::Ftl)?;
+            Ok(Box::new(b) as Box<dyn Backend>)
+        },
+        |s: &Started| {
+            println!("{}", s.bdev);
+            let _ = std::io::stdout().flush();
+        },
+    )?;
+    eprintln!("{:?}", stats.report());
+    Ok(())
+}

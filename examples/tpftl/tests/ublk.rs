@@ -1,0 +1,55 @@
+//! TPFTL behind ptsd-ublk's request path (the fake queue the host tests
+//! use; the kernel queue runs the same engine): what `tpftl-ublk` serves.
+
+use ptsd_example_tpftl::device_config;
+use ptsd_ftl::StoreKind;
+use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig};
+use ptsd_ublk::fake::fake_queue;
+use ptsd_ublk::ftl::{FtlBackend, Timing};
+use ptsd_ublk::request::{op, RawDesc};
+use ptsd_ublk::QueueSide;
+
+#[test]
+fn tpftl_serves_block_requests_through_the_ublk_engine() {
+    let backend = FtlBackend::new(device_config(32 << 20, StoreKind::Memory), Timing::Off).unwrap();
+    assert_eq!(backend.ssd().config().scheme_name(), "tpftl");
+    let config = EngineConfig {
+        depth: 4,
+        max_io_bytes: 64 << 10,
+        ..EngineConfig::default()
+    };
+    let (mut engine, shared) = Engine::new(Box::new(backend), config, Clock::wall());
+    let (mut queue, handle) = fake_queue(4, 64 << 10, false);
+    let mut side = QueueSide::new(shared, 0);
+    let mut scratch = Vec::new();
+    let mut turn = || {
+        serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+        engine.step();
+        serve_once(&mut queue, &mut side, &mut scratch).unwrap();
+        handle.take_completions()
+    };
+    // 64 KiB at several places (sectors of 512 B), then read each back.
+    let data = |i: u64| -> Vec<u8> { (0..65536).map(|b| (b as u64 * 7 + i) as u8).collect() };
+    let places = [0u64, 8 << 10, 40 << 10, 63 << 10];
+    for (i, &sector) in places.iter().enumerate() {
+        handle
+            .submit(
+                0,
+                RawDesc::new(op::WRITE, sector, 128),
+                Some(&data(i as u64)),
+            )
+            .unwrap();
+        assert_eq!(turn(), vec![(0, 65536)]);
+    }
+    handle
+        .submit(0, RawDesc::new(op::FLUSH, 0, 0), None)
+        .unwrap();
+    assert_eq!(turn(), vec![(0, 0)]);
+    for (i, &sector) in places.iter().enumerate() {
+        handle
+            .submit(1, RawDesc::new(op::READ, sector, 128), None)
+            .unwrap();
+        assert_eq!(turn(), vec![(1, 65536)]);
+        assert_eq!(handle.read_buffer(1, 65536).unwrap(), data(i as u64));
+    }
+}
