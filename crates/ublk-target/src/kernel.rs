@@ -81,9 +81,6 @@ pub enum KernelError {
     /// The device carries no ptsd description (not made by `ptsd ublk add`).
     #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
     NoSpec(i32),
-    /// The device's backend could not be built.
-    #[error("backend: {0}")]
-    Backend(#[from] crate::spec::SpecError),
     /// A file operation failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -461,11 +458,13 @@ fn write_stats(id: i32, report: &StatsReport) {
 }
 
 /// Create a device (or, with `recover`, reattach to a quiesced one) and
-/// serve it until it is deleted. `on_started` runs once it is live. Returns
+/// serve `backend` — built from `opts.spec` on what the caller opened and
+/// holds — until it is deleted. `on_started` runs once it is live. Returns
 /// the latency statistics of the whole run.
 pub fn run(
     opts: &DeviceOptions,
     recover: bool,
+    backend: Box<dyn Backend>,
     on_started: impl FnOnce(&Started) + Send + Sync + 'static,
 ) -> Result<OpStats, KernelError> {
     check_driver()?;
@@ -515,7 +514,6 @@ pub fn run(
     };
     let info = ctrl.dev_info();
     let dev_id = info.dev_id as i32;
-    let backend: Box<dyn Backend> = opts.spec.build_backend()?;
     let (bs, num_blocks) = (backend.block_size(), backend.num_blocks());
     let config = EngineConfig {
         queues: info.nr_hw_queues,
