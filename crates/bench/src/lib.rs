@@ -4,7 +4,10 @@
 //! DFTL, PART, PART-SCHED, WRITEOPT on the emulated SSD), with latency CDF
 //! plots drawn by [`plot`]; the criterion benches live in `benches/`.
 //!
-//! [`fsbench`] is `ptsd bench fs`: two file-system workloads — a
+//! [`cmd`] holds the `ptsd bench …` commands (fs, journal, blk, dir): their
+//! options and runs; the binary only parses and calls them.
+//!
+//! [`fsbench`] is `ptsd bench fs`'s library: two file-system workloads — a
 //! varmail-like one (fsync-heavy small-file mail server) and a
 //! tokubench-like one (many 4 KiB file creates) — run on any directory, and
 //! the machinery to run them on the three targets the ptsd file system is
@@ -25,6 +28,7 @@
 //! assert_eq!(result.ops, 40);
 //! ```
 
+pub mod cmd;
 pub mod fsbench;
 pub mod paper_ftl;
 pub mod plot;
