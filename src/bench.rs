@@ -1,15 +1,12 @@
 //! `ptsd bench …`: benchmarks that report figures against their targets.
 
-#[cfg(not(target_env = "musl"))]
-mod blk;
-#[cfg(not(target_env = "musl"))]
-mod blkbuf;
-mod dir;
-mod fs;
-mod journal;
+//! The benchmarks themselves are `ptsd_bench::cmd`: this file parses and calls.
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+#[cfg(not(target_env = "musl"))]
+use ptsd_bench::cmd::blk;
+use ptsd_bench::cmd::{dir, fs, journal};
 
 /// `ptsd bench <what>`.
 #[derive(Args)]
@@ -61,11 +58,11 @@ struct NoopMountArgs {
 /// Runs the chosen benchmark.
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.command {
-        BenchCommand::Fs(a) => fs::run(*a),
-        BenchCommand::Journal(a) => journal::run(a),
-        BenchCommand::Dir(a) => dir::run(a),
+        BenchCommand::Fs(a) => Ok(fs::run(*a)?),
+        BenchCommand::Journal(a) => Ok(journal::run(a)?),
+        BenchCommand::Dir(a) => Ok(dir::run(a)?),
         #[cfg(not(target_env = "musl"))]
-        BenchCommand::Blk(a) => blk::run(a),
+        BenchCommand::Blk(a) => Ok(blk::run(a)?),
         BenchCommand::NoopMount(a) => {
             let defaults = ptsd_bench::fsbench::noopfs::NoopOptions::default();
             Ok(ptsd_bench::fsbench::noopfs::serve(

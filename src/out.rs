@@ -44,11 +44,6 @@ macro_rules! outln {
     ($($t:tt)*) => { $crate::out::write_ignoring_errors(::std::io::stdout().lock(), format_args!($($t)*), true) };
 }
 
-/// `print!` that never panics.
-macro_rules! out {
-    ($($t:tt)*) => { $crate::out::write_ignoring_errors(::std::io::stdout().lock(), format_args!($($t)*), false) };
-}
-
 /// `eprintln!` that never panics.
 macro_rules! eoutln {
     ($($t:tt)*) => { $crate::out::write_ignoring_errors(::std::io::stderr().lock(), format_args!($($t)*), true) };

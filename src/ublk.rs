@@ -3,14 +3,17 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ptsd_blockdev::size::parse_size;
+use ptsd_stack::{Claim, Holder};
 use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
-use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
-use ptsd_ublk::{LockMode, SchedulerKind};
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, Opened};
+use ptsd_ublk::{Backend, LockMode, SchedulerKind};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Subcommand)]
 pub enum UblkCmd {
@@ -216,9 +219,9 @@ fn add(args: AddArgs) -> Result<()> {
         spec,
     };
     // Fail before forking when there is no driver, with the clear message.
+    // The backend is opened (and its image locked) by the process that
+    // serves it, after the fork: the lock names the daemon's PID.
     kernel::check_driver()?;
-    // Catch a bad backend before the device exists.
-    drop(opts.spec.build_backend()?);
     serve(opts, false, args.daemon)
 }
 
@@ -233,6 +236,36 @@ fn recover(id: i32, daemon: bool) -> Result<()> {
         spec,
     };
     serve(opts, true, daemon)
+}
+
+/// How long to wait for another ptsd command to let go of the image or
+/// backing device (as `ptsd mount`: a mkfs or fsck finishing); a mount or
+/// a ublk daemon serving it is refused at once.
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// Open what `spec` serves through ptsd-stack — the emulated SSD (its image
+/// formatted, reopened or recovered) or the backing file or device, locked
+/// exclusively for `ptsd ublk` — and build the backend on it. The returned
+/// claim must live as long as the device is served.
+fn open_backend(spec: &DeviceSpec, wait: Duration) -> Result<(Box<dyn Backend>, Option<Claim>)> {
+    let (opened, claim) = match &spec.backend {
+        BackendSpec::Mem { .. } => (None, None),
+        BackendSpec::Backing { path, block_size } => {
+            let (dev, claim) = ptsd_stack::claim_device(path, *block_size, Holder::Ublk, wait)
+                .context("backing store")?;
+            (Some(Opened::Device(Arc::new(dev))), Some(claim))
+        }
+        BackendSpec::Ftl { .. } => {
+            let cfg = spec
+                .ftl_config()
+                .context("an FTL device spec without an FTL configuration")?;
+            let (ssd, claim) =
+                ptsd_stack::claim_ssd(cfg, Holder::Ublk, wait).context("emulated SSD")?;
+            (Some(Opened::Ssd(Box::new(ssd))), claim)
+        }
+    };
+    let backend = spec.build_backend(opened).context("backend")?;
+    Ok((backend, claim))
 }
 
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -276,7 +309,8 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
         tracing::warn!(error = %e, "cannot chdir to /");
     }
     if !daemon {
-        let stats = kernel::run(&opts, recover, |s: &Started| {
+        let (backend, claim) = open_backend(&opts.spec, LOCK_WAIT)?;
+        let stats = kernel::run(&opts, recover, backend, |s: &Started| {
             outln!("{}", s.bdev);
             let _ = std::io::stdout().flush();
             watch_stop_signals(s.id);
@@ -286,6 +320,7 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
                 );
             }
         })?;
+        drop(claim);
         outln!("{}", serde_json::to_string_pretty(&stats.report())?);
         return Ok(());
     }
@@ -337,7 +372,13 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
             watch_stop_signals(s.id);
         }
     };
-    let result = kernel::run(&opts, recover, on_started);
+    // The daemon holds the image's lock (named by its PID) until the device
+    // is gone.
+    let result = open_backend(&opts.spec, LOCK_WAIT).and_then(|(backend, claim)| {
+        let stats = kernel::run(&opts, recover, backend, on_started)?;
+        drop(claim);
+        Ok(stats)
+    });
     let code = match result {
         Ok(stats) => {
             eoutln!(
@@ -348,9 +389,9 @@ fn serve(opts: DeviceOptions, recover: bool, daemon: bool) -> Result<()> {
         }
         Err(e) => {
             if let Some(mut f) = report.lock().ok().and_then(|mut g| g.take()) {
-                let _ = writeln!(f, "err {e}");
+                let _ = writeln!(f, "err {e:#}");
             }
-            eoutln!("ptsd ublk daemon: {e}");
+            eoutln!("ptsd ublk daemon: {e:#}");
             1
         }
     };
@@ -637,5 +678,124 @@ mod tests {
             UblkCmd::Verify(v) => assert_eq!(v.span, Some(64 << 20)),
             _ => unreachable!(),
         }
+    }
+
+    fn spec(backend: BackendSpec) -> DeviceSpec {
+        DeviceSpec {
+            backend,
+            sched: None,
+            lock_mode: LockMode::Swap,
+            poll: false,
+        }
+    }
+
+    fn refused(r: Result<impl Sized>, who: &str, what: &str) {
+        match r {
+            Ok(_) => panic!("{what}: not refused"),
+            Err(e) => {
+                let msg = format!("{e:#}");
+                let want = format!("in use by PID {} ({who})", std::process::id());
+                assert!(msg.contains(&want), "{what}: {msg}");
+            }
+        }
+    }
+
+    /// Issue 44 §2, the host half: `ptsd ublk add/recover` opens its image
+    /// through ptsd-stack under the mount's lock. A mounted image is refused
+    /// to ublk (as a backing file and as an SSD image), and an image ublk
+    /// serves is refused to mount, mkfs, fsck (--repair) and a second ublk,
+    /// each naming the holder; once ublk lets go, all is well again.
+    #[test]
+    fn ublk_and_the_file_system_commands_refuse_each_others_images() {
+        use ptsd_stack::{fsck, mkfs, JournalSpec, MissingJournal, Stack, StackSpec};
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("fs.img");
+        let fs_dev = ptsd_stack::DeviceSpec::Path(img.clone());
+        mkfs(&fs_dev, Some(64 << 20), Duration::ZERO).unwrap();
+        let mut fs_spec = StackSpec::new(fs_dev.clone(), JournalSpec::File(tmp.path().join("j")));
+        fs_spec.journal_bytes = 8 << 20;
+        fs_spec.lock_wait = Duration::ZERO;
+        fs_spec.missing_journal = MissingJournal::Refuse;
+        let backing = spec(BackendSpec::Backing {
+            path: img.clone(),
+            block_size: 4096,
+        });
+        let ftl_on = |path: &std::path::Path| {
+            spec(BackendSpec::Ftl {
+                scheme: FtlScheme::Ptsd,
+                bytes: 16 << 20,
+                store: FtlStore::File(path.to_path_buf()),
+                timing: Timing::Off,
+            })
+        };
+
+        // mount, then ublk.
+        let stack = Stack::open(fs_spec.clone()).unwrap();
+        refused(
+            open_backend(&backing, Duration::ZERO),
+            "ptsd mount",
+            "mount + ublk --backing",
+        );
+        refused(
+            open_backend(&ftl_on(&img), Duration::ZERO),
+            "ptsd mount",
+            "mount + ublk --store",
+        );
+        stack.close().unwrap();
+
+        // ublk, then mount, mkfs, fsck --repair, fsck, ublk.
+        let (backend, claim) = open_backend(&backing, Duration::ZERO).unwrap();
+        assert_eq!(backend.num_blocks(), (64 << 20) / 4096);
+        let stack_err = Stack::open(fs_spec.clone())
+            .map(drop)
+            .map_err(anyhow::Error::from);
+        refused(stack_err, "ptsd ublk", "ublk + mount");
+        let mkfs_err = mkfs(&fs_dev, None, Duration::ZERO).map_err(anyhow::Error::from);
+        refused(mkfs_err, "ptsd ublk", "ublk + mkfs");
+        let mkfs_size = mkfs(&fs_dev, Some(64 << 20), Duration::ZERO).map_err(anyhow::Error::from);
+        refused(mkfs_size, "ptsd ublk", "ublk + mkfs --size");
+        for repair in [true, false] {
+            let r = fsck(&fs_spec, repair).map_err(anyhow::Error::from);
+            refused(r, "ptsd ublk", &format!("ublk + fsck (repair: {repair})"));
+        }
+        refused(
+            open_backend(&backing, Duration::ZERO),
+            "ptsd ublk",
+            "ublk + ublk",
+        );
+        let msg = format!(
+            "{:#}",
+            open_backend(&backing, Duration::ZERO).err().unwrap()
+        );
+        assert!(msg.contains("ptsd ublk del"), "{msg}");
+        drop((backend, claim));
+        let out = fsck(&fs_spec, false).unwrap();
+        assert!(out.clean, "{:?}", out.report.problems);
+
+        // An emulated SSD image: ublk holds it against mkfs and itself, and
+        // reopens it once let go.
+        let ssd_img = tmp.path().join("ssd.img");
+        let (backend, claim) = open_backend(&ftl_on(&ssd_img), Duration::ZERO).unwrap();
+        assert!(claim.is_some());
+        let ssd_dev = ptsd_stack::DeviceSpec::Path(ssd_img.clone());
+        let r = mkfs(&ssd_dev, None, Duration::ZERO).map_err(anyhow::Error::from);
+        refused(r, "ptsd ublk", "ublk --store + mkfs");
+        refused(
+            open_backend(&ftl_on(&ssd_img), Duration::ZERO),
+            "ptsd ublk",
+            "ublk --store twice",
+        );
+        drop((backend, claim));
+        open_backend(&ftl_on(&ssd_img), Duration::ZERO).unwrap();
+
+        // A RAM device holds nothing.
+        let mem = spec(BackendSpec::Mem {
+            bytes: 1 << 20,
+            block_size: 4096,
+        });
+        let (a, claim) = open_backend(&mem, Duration::ZERO).unwrap();
+        assert!(claim.is_none());
+        let (b, _) = open_backend(&mem, Duration::ZERO).unwrap();
+        assert_eq!(a.num_blocks(), b.num_blocks());
     }
 }

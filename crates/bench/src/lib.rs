@@ -6,7 +6,10 @@
 //! [`zns`] is `ptsd sim --zoned --compare`: the conventional SSD (device GC)
 //! against the zoned SSD under a host log-structured layer (host GC).
 //!
-//! [`fsbench`] is `ptsd bench fs`: two file-system workloads — a
+//! [`cmd`] holds the `ptsd bench …` commands (fs, journal, blk, dir): their
+//! options and runs; the binary only parses and calls them.
+//!
+//! [`fsbench`] is `ptsd bench fs`'s library: two file-system workloads — a
 //! varmail-like one (fsync-heavy small-file mail server) and a
 //! tokubench-like one (many 4 KiB file creates) — run on any directory, and
 //! the machinery to run them on the three targets the ptsd file system is
@@ -27,6 +30,7 @@
 //! assert_eq!(result.ops, 40);
 //! ```
 
+pub mod cmd;
 pub mod fsbench;
 pub mod paper_ftl;
 pub mod plot;

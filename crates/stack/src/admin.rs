@@ -12,7 +12,7 @@ use ptsd_fs::{ChecksumStore, DirectStore, MkfsOptions, Store};
 use crate::device::{self, DeviceSpec, OpenHow, Opened};
 use crate::error::StackError;
 use crate::journal::{self, Place, Plan, LOST_NOTE};
-use crate::lock::{LockMode, PathLock};
+use crate::lock::{Holder, LockMode, PathLock};
 use crate::stack::{direct, repair_device, StackSpec};
 
 /// What [`mkfs`] made.
@@ -64,7 +64,7 @@ pub fn mkfs_with(
                     p.display()
                 )));
             }
-            let lock = PathLock::acquire(p, LockMode::Exclusive, true, lock_wait)?;
+            let lock = PathLock::acquire(p, LockMode::Exclusive, Holder::Mkfs, true, lock_wait)?;
             let dev =
                 FileDevice::create(p, 4096, bytes / 4096).map_err(|source| StackError::Device {
                     what: "creating image",
@@ -89,6 +89,7 @@ pub fn mkfs_with(
             spec,
             &OpenHow {
                 mode: LockMode::Exclusive,
+                holder: Holder::Mkfs,
                 create: true,
                 wait: lock_wait,
                 uncached_image: false,
@@ -155,6 +156,7 @@ pub fn fsck(spec: &StackSpec, repair: bool) -> Result<FsckOutcome, StackError> {
             } else {
                 LockMode::Shared
             },
+            holder: Holder::Fsck,
             create: false,
             wait: spec.lock_wait,
             uncached_image: false,
@@ -170,7 +172,13 @@ pub fn fsck(spec: &StackSpec, repair: bool) -> Result<FsckOutcome, StackError> {
 fn fsck_on(spec: &StackSpec, opened: &Opened, repair: bool) -> Result<FsckOutcome, StackError> {
     let (dev, desc) = (&opened.dev, &opened.desc);
     let sb = journal::read_superblock(dev, desc)?;
-    let place = Place::locate(&spec.journal, &sb, true, false, spec.lock_wait)?;
+    let place = Place::locate(
+        &spec.journal,
+        &sb,
+        Some(Holder::Fsck),
+        false,
+        spec.lock_wait,
+    )?;
     let mut notes = Vec::new();
     let plan = journal::plan(&sb, place.present());
     match plan {

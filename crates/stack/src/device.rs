@@ -9,7 +9,7 @@ use ptsd_blockdev::{BlockDevice, FileDeviceOptions, WriteBehind};
 use ptsd_ftl::{FtlConfig, Ssd, SsdDevice, StoreKind, Variant};
 
 use crate::error::StackError;
-use crate::lock::{LockMode, PathLock};
+use crate::lock::{Holder, LockMode, PathLock};
 
 /// Bytes of the SSD image's write-outs in flight at once (two of the FTL's
 /// 4 MiB batches, so one is written while the next fills).
@@ -102,6 +102,8 @@ impl Opened {
 /// How to open a device.
 pub(crate) struct OpenHow {
     pub mode: LockMode,
+    /// Recorded in the lock, named to a second owner.
+    pub holder: Holder,
     /// Create a missing default SSD image (mount); fsck refuses instead.
     pub create: bool,
     pub wait: Duration,
@@ -128,7 +130,7 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
                     p.display()
                 )));
             }
-            let lock = PathLock::acquire(p, how.mode, false, how.wait)?;
+            let lock = PathLock::acquire(p, how.mode, how.holder, false, how.wait)?;
             let dev = FileDeviceOptions::new()
                 .block_size(4096)
                 .open(p)
@@ -165,7 +167,7 @@ pub(crate) fn open(spec: &DeviceSpec, how: &OpenHow) -> Result<Opened, StackErro
                 path: data.clone(),
                 source,
             })?;
-            let lock = PathLock::acquire(&img, how.mode, how.create, how.wait)?;
+            let lock = PathLock::acquire(&img, how.mode, how.holder, how.create, how.wait)?;
             let cfg = default_ssd_config(&img);
             let empty = lock.file().metadata().map(|m| m.len() == 0).unwrap_or(true);
             // The image is the emulated NAND's backing store, written one

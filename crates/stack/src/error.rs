@@ -2,20 +2,34 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use crate::lock::Holder;
+
+/// "PID 42 (ptsd mount); unmount it first", or what is known of the holder.
+fn in_use_by(pid: Option<i32>, holder: Option<Holder>, serving: bool) -> String {
+    let Some(pid) = pid else {
+        return "another program (mounted or opened exclusively)".into();
+    };
+    match holder {
+        Some(h) => format!("PID {pid} ({h}){}", h.advice()),
+        None if serving => format!("PID {pid} (it serves a ptsd mount; unmount it first)"),
+        None => format!("PID {pid}"),
+    }
+}
+
 /// Why a stack could not be opened, formatted, checked or closed.
 #[derive(Debug, Error)]
 pub enum StackError {
     /// Another process (or another stack in this one) holds the image,
     /// device or journal.
-    #[error("{} is in use by {}{}", .path.display(),
-        .pid.map_or("another program (mounted or opened exclusively)".to_string(), |p| format!("PID {p}")),
-        if *.serving { " (it serves a ptsd mount; unmount it first)" } else { "" })]
+    #[error("{} is in use by {}", .path.display(), in_use_by(*.pid, *.holder, *.serving))]
     InUse {
         /// The locked image, device or journal.
         path: PathBuf,
         /// The holder, when /proc/locks names it.
         pid: Option<i32>,
-        /// The holder still serves a FUSE mount.
+        /// The ptsd command holding it, when it recorded itself.
+        holder: Option<Holder>,
+        /// The holder still serves a FUSE mount or a ublk device.
         serving: bool,
     },
     /// The file system was not unmounted cleanly and its journal is gone.

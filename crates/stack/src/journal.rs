@@ -11,7 +11,7 @@ use ptsd_fs::{DirectStore, Store};
 use ptsd_nvjournal::{Journal, JournalConfig, Persist, PmemRegion, RecoveryReport};
 
 use crate::error::StackError;
-use crate::lock::{LockMode, PathLock};
+use crate::lock::{Holder, LockMode, PathLock};
 
 /// Where the journal lives.
 #[derive(Clone)]
@@ -171,11 +171,12 @@ fn on_ram_fs(path: &Path) -> bool {
 
 impl Place {
     /// Locate the journal `spec` names for `sb`. With `lock`, a journal
-    /// file is locked exclusively (created empty if missing when `create`).
+    /// file is locked exclusively for that holder (created empty if missing
+    /// when `create`).
     pub fn locate(
         spec: &JournalSpec,
         sb: &Superblock,
-        lock: bool,
+        lock: Option<Holder>,
         create: bool,
         wait: Duration,
     ) -> Result<Place, StackError> {
@@ -195,10 +196,15 @@ impl Place {
                 let _ = std::fs::create_dir_all(parent);
             }
         }
-        let lock = if lock && (create || path.exists()) {
-            Some(PathLock::acquire(&path, LockMode::Exclusive, create, wait)?)
-        } else {
-            None
+        let lock = match lock {
+            Some(holder) if create || path.exists() => Some(PathLock::acquire(
+                &path,
+                LockMode::Exclusive,
+                holder,
+                create,
+                wait,
+            )?),
+            _ => None,
         };
         Ok(Place {
             label: path.display().to_string(),

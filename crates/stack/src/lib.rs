@@ -11,7 +11,10 @@
 //! refused or discarded per [`MissingJournal`]), and mounts the file system
 //! (preflight checks, orphans freed). [`Stack::close`] is the clean
 //! shutdown. [`mkfs`] and [`fsck`] work under the same locks and the same
-//! journal decision.
+//! journal decision, and a block frontend (`ptsd ublk`) gets its emulated
+//! SSD or device from [`claim_ssd`] / [`claim_device`] under the same
+//! image lock; each lock records its [`Holder`], which a refused second
+//! owner is told.
 //!
 //! Every layer takes its I/O through a trait (`BlockDevice`, the journal
 //! region's `Persist`, the FTL's store on a `BlockDevice`), so the stack
@@ -59,6 +62,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod claim;
 mod device;
 mod error;
 mod journal;
@@ -67,8 +71,10 @@ mod malloc;
 mod stack;
 
 pub use admin::{fsck, mkfs, mkfs_with, Formatted, FsckOutcome};
+pub use claim::{claim_device, claim_ssd, Claim};
 pub use device::{default_ssd_config, small_ssd_config, DeviceSpec, DEFAULT_SSD_BYTES};
 pub use error::StackError;
 pub use journal::{default_journal_path, JournalSpec, MissingJournal, LOST_NOTE};
+pub use lock::Holder;
 pub use malloc::{tune_malloc, MMAP_THRESHOLD, TRIM_THRESHOLD};
 pub use stack::{invoking_user, OpenInfo, Stack, StackSpec, StoreHook, WrapStore};

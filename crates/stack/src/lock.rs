@@ -6,7 +6,12 @@
 //! process exclude each other); a block device is in addition opened with
 //! `O_EXCL`, the kernel's exclusive claim that `mkfs.ext4` and mounts use.
 //! When the lock is taken, the holder's PID comes from `/proc/locks`, which
-//! is what `lslocks(8)` reads; no PID file can go stale.
+//! is what `lslocks(8)` reads; no PID file can go stale. Which command
+//! holds it ([`Holder`]) is recorded in the lock as well: an open file
+//! description lock (`F_OFD_SETLK`) on one byte far past the end of the
+//! file, whose offset names the command, read back with `F_OFD_GETLK`. It
+//! goes with the holder's descriptor, like the flock, so it cannot go stale
+//! either.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -25,6 +30,95 @@ pub(crate) enum LockMode {
     Exclusive,
 }
 
+/// The ptsd command that holds an image, device or journal: named in the
+/// refusal a second owner gets ("in use by PID 42 (ptsd ublk)").
+///
+/// ```
+/// assert_eq!(ptsd_stack::Holder::Ublk.to_string(), "ptsd ublk");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// `ptsd mount` (and [`Stack::open`](crate::Stack::open)).
+    Mount,
+    /// `ptsd ublk add/recover`: its daemon, for as long as it serves the device.
+    Ublk,
+    /// `ptsd mkfs`.
+    Mkfs,
+    /// `ptsd fsck` (checking or repairing).
+    Fsck,
+}
+
+impl Holder {
+    const ALL: [Holder; 4] = [Holder::Mount, Holder::Ublk, Holder::Mkfs, Holder::Fsck];
+
+    /// Whether a holder of this kind keeps the image until a user stops it
+    /// (a served block device); a mkfs or fsck finishes by itself.
+    fn serves(self) -> bool {
+        self == Holder::Ublk
+    }
+
+    /// What the user must do for the holder to let go, if anything.
+    pub(crate) fn advice(self) -> &'static str {
+        match self {
+            Holder::Mount => "; unmount it first",
+            Holder::Ublk => "; delete its device first (`ptsd ublk list`, `ptsd ublk del ID`)",
+            Holder::Mkfs | Holder::Fsck => "",
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Holder::Mount => "ptsd mount",
+            Holder::Ublk => "ptsd ublk",
+            Holder::Mkfs => "ptsd mkfs",
+            Holder::Fsck => "ptsd fsck",
+        })
+    }
+}
+
+/// Where the holder record lives: one byte at `HOLDER_BASE + index`, far
+/// past the end of any image (byte-range locks need no data there).
+const HOLDER_BASE: i64 = 1 << 62;
+
+/// A byte-range lock description for `fcntl`.
+fn range(kind: libc::c_int, start: i64, len: i64) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = start;
+    fl.l_len = len;
+    fl
+}
+
+/// Record `holder` in an open file description lock of `file`'s.
+fn record_holder(file: &File, holder: Holder) -> std::io::Result<()> {
+    let index = Holder::ALL.iter().position(|&h| h == holder).unwrap_or(0) as i64;
+    let fl = range(libc::F_RDLCK, HOLDER_BASE + index, 1);
+    // SAFETY: fcntl reads the `flock` we pass, which outlives the call.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The command another open file description recorded with
+/// [`record_holder`] on `file`'s inode.
+fn recorded_holder(file: &File) -> Option<Holder> {
+    let mut fl = range(libc::F_WRLCK, HOLDER_BASE, Holder::ALL.len() as i64);
+    // SAFETY: fcntl fills the `flock` we pass, which outlives the call.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } != 0 {
+        return None;
+    }
+    if fl.l_type == libc::F_UNLCK as libc::c_short {
+        return None;
+    }
+    let index = usize::try_from(fl.l_start.checked_sub(HOLDER_BASE)?).ok()?;
+    Holder::ALL.get(index).copied()
+}
+
 /// A held lock; released when dropped.
 #[derive(Debug)]
 pub(crate) struct PathLock {
@@ -32,8 +126,8 @@ pub(crate) struct PathLock {
     path: PathBuf,
 }
 
-/// A holder whose FUSE mount is still in the mount table gets only this
-/// grace before the refusal; one that no longer serves a mount (a daemon
+/// A holder whose FUSE mount is still in the mount table, or a ublk daemon,
+/// gets only this grace before the refusal; one that no longer serves a mount (a daemon
 /// finishing its clean close after `umount`, a mkfs, an fsck) is waited for
 /// up to the caller's limit.
 const SERVING_GRACE: Duration = Duration::from_secs(1);
@@ -44,6 +138,7 @@ impl PathLock {
     pub(crate) fn acquire(
         path: &Path,
         mode: LockMode,
+        holder: Holder,
         create: bool,
         wait: Duration,
     ) -> Result<PathLock, StackError> {
@@ -69,10 +164,11 @@ impl PathLock {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 // Claimed by the kernel (mounted) or by another O_EXCL
                 // opener; a ptsd holder also has its flock to name it by.
-                let pid = File::open(path).ok().and_then(|f| holder_of(&f));
+                let other = File::open(path).ok();
                 return Err(StackError::InUse {
                     path: path.to_path_buf(),
-                    pid,
+                    pid: other.as_ref().and_then(holder_of),
+                    holder: other.as_ref().and_then(recorded_holder),
                     serving: fuse_mounted_from(path),
                 });
             }
@@ -87,6 +183,7 @@ impl PathLock {
         loop {
             // SAFETY: flock on a descriptor we own; no memory is passed.
             if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+                record_holder(&file, holder).map_err(io("recording the lock's holder on"))?;
                 return Ok(PathLock {
                     file,
                     path: path.to_path_buf(),
@@ -97,12 +194,14 @@ impl PathLock {
                 return Err(io("flock")(err));
             }
             let pid = holder_of(&file);
-            let serving = fuse_mounted_from(path);
+            let other = recorded_holder(&file);
+            let serving = fuse_mounted_from(path) || other.is_some_and(Holder::serves);
             let waited = start.elapsed();
             if waited >= wait || (serving && waited >= SERVING_GRACE) {
                 return Err(StackError::InUse {
                     path: path.to_path_buf(),
                     pid,
+                    holder: other,
                     serving,
                 });
             }
@@ -216,34 +315,105 @@ mod tests {
     fn second_exclusive_lock_names_the_holder() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("img");
-        let held = PathLock::acquire(&p, LockMode::Exclusive, true, Duration::ZERO).unwrap();
-        let err = PathLock::acquire(&p, LockMode::Exclusive, true, Duration::ZERO).unwrap_err();
+        let held = PathLock::acquire(&p, LockMode::Exclusive, Holder::Mount, true, Duration::ZERO)
+            .unwrap();
+        let err = PathLock::acquire(&p, LockMode::Exclusive, Holder::Mount, true, Duration::ZERO)
+            .unwrap_err();
         match err {
-            StackError::InUse { pid, serving, .. } => {
+            StackError::InUse {
+                pid,
+                holder,
+                serving,
+                ..
+            } => {
                 assert_eq!(pid, Some(std::process::id() as i32));
+                assert_eq!(holder, Some(Holder::Mount));
                 assert!(!serving);
             }
             e => panic!("unexpected {e}"),
         }
-        assert!(PathLock::acquire(&p, LockMode::Shared, false, Duration::ZERO).is_err());
+        assert!(
+            PathLock::acquire(&p, LockMode::Shared, Holder::Mount, false, Duration::ZERO).is_err()
+        );
         drop(held);
-        let a = PathLock::acquire(&p, LockMode::Shared, false, Duration::ZERO).unwrap();
-        let _b = PathLock::acquire(&p, LockMode::Shared, false, Duration::ZERO).unwrap();
-        assert!(PathLock::acquire(&p, LockMode::Exclusive, false, Duration::ZERO).is_err());
+        let a =
+            PathLock::acquire(&p, LockMode::Shared, Holder::Mount, false, Duration::ZERO).unwrap();
+        let _b =
+            PathLock::acquire(&p, LockMode::Shared, Holder::Mount, false, Duration::ZERO).unwrap();
+        assert!(PathLock::acquire(
+            &p,
+            LockMode::Exclusive,
+            Holder::Mount,
+            false,
+            Duration::ZERO
+        )
+        .is_err());
         drop(a);
+    }
+
+    #[test]
+    fn every_holder_is_recorded_and_named_and_a_ublk_daemon_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        for holder in Holder::ALL {
+            let held =
+                PathLock::acquire(&p, LockMode::Exclusive, holder, true, Duration::ZERO).unwrap();
+            let want = format!("in use by PID {} ({holder})", std::process::id());
+            if holder.serves() {
+                // A holder that serves until stopped is refused after the
+                // grace, not after the whole wait.
+                let start = Instant::now();
+                let msg = PathLock::acquire(
+                    &p,
+                    LockMode::Exclusive,
+                    Holder::Mount,
+                    false,
+                    Duration::from_secs(30),
+                )
+                .unwrap_err()
+                .to_string();
+                assert!(start.elapsed() < Duration::from_secs(10));
+                assert!(msg.contains(&want), "{msg}");
+                assert!(msg.contains("ptsd ublk del"), "{msg}");
+            } else {
+                let msg =
+                    PathLock::acquire(&p, LockMode::Shared, Holder::Fsck, false, Duration::ZERO)
+                        .unwrap_err()
+                        .to_string();
+                assert!(msg.contains(&want), "{msg}");
+            }
+            drop(held);
+        }
+        // Shared holders each record themselves; the record goes with them.
+        let a =
+            PathLock::acquire(&p, LockMode::Shared, Holder::Fsck, false, Duration::ZERO).unwrap();
+        assert_eq!(
+            recorded_holder(&File::open(&p).unwrap()),
+            Some(Holder::Fsck)
+        );
+        drop(a);
+        assert_eq!(recorded_holder(&File::open(&p).unwrap()), None);
     }
 
     #[test]
     fn a_waiting_locker_gets_the_lock_once_the_holder_lets_go() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("img");
-        let held = PathLock::acquire(&p, LockMode::Exclusive, true, Duration::ZERO).unwrap();
+        let held = PathLock::acquire(&p, LockMode::Exclusive, Holder::Mount, true, Duration::ZERO)
+            .unwrap();
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(200));
             drop(held);
         });
         let start = Instant::now();
-        PathLock::acquire(&p, LockMode::Exclusive, false, Duration::from_secs(20)).unwrap();
+        PathLock::acquire(
+            &p,
+            LockMode::Exclusive,
+            Holder::Mount,
+            false,
+            Duration::from_secs(20),
+        )
+        .unwrap();
         assert!(start.elapsed() >= Duration::from_millis(150));
         t.join().unwrap();
     }
@@ -259,12 +429,20 @@ mod tests {
     fn a_replaced_file_is_not_removed() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("journal");
-        let held = PathLock::acquire(&p, LockMode::Exclusive, true, Duration::ZERO).unwrap();
+        let held = PathLock::acquire(&p, LockMode::Exclusive, Holder::Mount, true, Duration::ZERO)
+            .unwrap();
         std::fs::remove_file(&p).unwrap();
         std::fs::write(&p, b"someone else's").unwrap();
         assert!(!held.remove_if_ours());
         assert_eq!(std::fs::read(&p).unwrap(), b"someone else's");
-        let again = PathLock::acquire(&p, LockMode::Exclusive, false, Duration::ZERO).unwrap();
+        let again = PathLock::acquire(
+            &p,
+            LockMode::Exclusive,
+            Holder::Mount,
+            false,
+            Duration::ZERO,
+        )
+        .unwrap();
         assert!(again.remove_if_ours());
         assert!(!p.exists());
     }

@@ -12,7 +12,7 @@ use ptsd_nvjournal::JournalConfig;
 use crate::device::{self, DeviceSpec, OpenHow, Opened};
 use crate::error::StackError;
 use crate::journal::{self, JournalSpec, MissingJournal, Place, Plan, LOST_NOTE};
-use crate::lock::LockMode;
+use crate::lock::{Holder, LockMode};
 
 /// What to assemble.
 #[derive(Clone, Debug)]
@@ -199,6 +199,7 @@ impl Stack {
             &spec.device,
             &OpenHow {
                 mode: LockMode::Exclusive,
+                holder: Holder::Mount,
                 create: true,
                 wait: spec.lock_wait,
                 uncached_image: spec.journal.survives_power_loss(),
@@ -249,7 +250,13 @@ impl Stack {
             })?;
         }
         let sb = journal::read_superblock(&dev, desc)?;
-        let place = Place::locate(&spec.journal, &sb, true, true, spec.lock_wait)?;
+        let place = Place::locate(
+            &spec.journal,
+            &sb,
+            Some(Holder::Mount),
+            true,
+            spec.lock_wait,
+        )?;
         let mut info = OpenInfo {
             journal: place.label.clone(),
             ..OpenInfo::default()

@@ -10,6 +10,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ptsd_blockdev::MemDevice;
+use ptsd_ftl::Ssd;
 use ptsd_ublk::backend::{Backend, DirectBackend};
 use ptsd_ublk::engine::{serve, serve_once, Clock, Engine, EngineConfig, Incoming, QueueSide};
 use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
@@ -17,7 +18,7 @@ use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::handoff::LockMode;
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::sched::SchedulerKind;
-use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, Opened};
 use std::time::{Duration, Instant};
 
 const BS: u32 = 4096;
@@ -80,7 +81,9 @@ fn backends() -> Vec<(String, Box<dyn Backend>)> {
             lock_mode: LockMode::Swap,
             poll: true,
         };
-        v.push((name.to_string(), spec.build_backend().unwrap()));
+        let ssd = Ssd::new(spec.ftl_config().unwrap()).unwrap();
+        let opened = Some(Opened::Ssd(Box::new(ssd)));
+        v.push((name.to_string(), spec.build_backend(opened).unwrap()));
     }
     v
 }

@@ -10,7 +10,7 @@
 use crate::acklog::{AckLog, AckLogError, Logged, Record};
 use crate::backend::{Backend, Finished, Pending, ShutdownError};
 use crate::request::IoOp;
-use ptsd_ftl::{DataIo, DeviceFault, Done, FtlConfig, FtlError, Op, Payload, Request, Ssd};
+use ptsd_ftl::{DataIo, DeviceFault, Done, FtlError, Op, Payload, Request, Ssd};
 use std::collections::VecDeque;
 
 /// Whether completions wait for the modelled NAND time.
@@ -40,12 +40,12 @@ impl std::str::FromStr for Timing {
 /// The SSD behind the target.
 ///
 /// ```
-/// use ptsd_ftl::{FtlConfig, StoreKind, Variant};
+/// use ptsd_ftl::{FtlConfig, Ssd, StoreKind, Variant};
 /// use ptsd_ublk::backend::Backend;
 /// use ptsd_ublk::ftl::{FtlBackend, Timing};
 /// let mut cfg = FtlConfig::paper(Variant::WriteOpt, 64 << 20);
 /// cfg.store = StoreKind::Memory;
-/// let b = FtlBackend::new(cfg, Timing::Off).unwrap();
+/// let b = FtlBackend::new(Ssd::new(cfg).unwrap(), Timing::Off).unwrap();
 /// assert_eq!(b.num_blocks(), 16384);
 /// ```
 pub struct FtlBackend {
@@ -85,9 +85,6 @@ const INTERNAL_FLUSH: u64 = u64::MAX - 1;
 /// Why an [`FtlBackend`] could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// The emulated SSD could not be opened or recovered.
-    #[error(transparent)]
-    Ftl(#[from] ptsd_ftl::FtlError),
     /// The acknowledged-write log could not be opened.
     #[error(transparent)]
     Log(#[from] AckLogError),
@@ -163,19 +160,20 @@ impl DataIo for Inflight {
 }
 
 impl FtlBackend {
-    /// An SSD of `cfg`. With a file store: the image is formatted if new,
-    /// else reopened from its checkpoint or recovered after a crash, and
-    /// the writes its last daemon acknowledged but did not flush are
-    /// replayed from the log and flushed.
-    pub fn new(cfg: FtlConfig, timing: Timing) -> Result<Self, OpenError> {
-        let keeps_data = !matches!(cfg.store, ptsd_ftl::StoreKind::None);
-        let image = match &cfg.store {
+    /// Serve `ssd`, opened (and, for a persistent image, locked) by the
+    /// caller — `ptsd ublk` gets it from `ptsd_stack::claim_ssd`. With a
+    /// file store (`StoreKind::File`), the writes its last daemon
+    /// acknowledged but did not flush are replayed from the log next to
+    /// the image and flushed, and every new write is logged.
+    pub fn new(ssd: Ssd, timing: Timing) -> Result<Self, OpenError> {
+        let mut ssd = ssd;
+        let keeps_data = !matches!(ssd.config().store, ptsd_ftl::StoreKind::None);
+        let image = match &ssd.config().store {
             ptsd_ftl::StoreKind::File { path } => Some(path.clone()),
             _ => None,
         };
-        let (mut ssd, log) = match image {
+        let log = match image {
             Some(image) => {
-                let mut ssd = Ssd::open(cfg)?;
                 let path = AckLog::path_for(&image);
                 let (mut log, records) = AckLog::open(&path, ssd.page_size(), ssd.logical_pages())?;
                 if !records.is_empty() {
@@ -190,9 +188,9 @@ impl FtlBackend {
                     path: path.clone(),
                     source,
                 })?;
-                (ssd, Some(log))
+                Some(log)
             }
-            None => (Ssd::new(cfg)?, None),
+            None => None,
         };
         let page = ssd.page_size();
         let start = ssd.idle_at();

@@ -81,9 +81,6 @@ pub enum KernelError {
     /// The device carries no ptsd description (not made by `ptsd ublk add`).
     #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
     NoSpec(i32),
-    /// The device's backend could not be built.
-    #[error("backend: {0}")]
-    Backend(#[from] crate::spec::SpecError),
     /// A file operation failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -461,26 +458,16 @@ fn write_stats(id: i32, report: &StatsReport) {
 }
 
 /// Create a device (or, with `recover`, reattach to a quiesced one) and
-/// serve it until it is deleted. `on_started` runs once it is live. Returns
+/// serve `backend` — built from `opts.spec` on what the caller opened and
+/// holds, or any other backend, such as the emulated SSD with a custom FTL
+/// (`FtlBackend::new(Ssd::new(cfg.with_scheme(..))?, timing)`) — until it
+/// is deleted. `opts.spec` is what the device records for `ptsd ublk
+/// list`/`recover`, so a custom FTL's own daemon recovers its devices. `on_started` runs once it is live. Returns
 /// the latency statistics of the whole run.
 pub fn run(
     opts: &DeviceOptions,
     recover: bool,
-    on_started: impl FnOnce(&Started) + Send + Sync + 'static,
-) -> Result<OpStats, KernelError> {
-    run_with(opts, recover, |spec| spec.build_backend(), on_started)
-}
-
-/// [`run`] serving the backend `make_backend` builds (called once, with
-/// `opts.spec`, when the device is added) instead of the spec's: e.g. the
-/// emulated SSD with a custom FTL, `FtlBackend::new(cfg.with_scheme(..),
-/// timing)`. The spec is still what the device stores, so `ptsd ublk
-/// recover` would rebuild the built-in it names: a custom FTL's daemon
-/// recovers its devices itself (`recover` true).
-pub fn run_with(
-    opts: &DeviceOptions,
-    recover: bool,
-    make_backend: impl FnOnce(&DeviceSpec) -> Result<Box<dyn Backend>, crate::spec::SpecError>,
+    backend: Box<dyn Backend>,
     on_started: impl FnOnce(&Started) + Send + Sync + 'static,
 ) -> Result<OpStats, KernelError> {
     check_driver()?;
@@ -530,7 +517,6 @@ pub fn run_with(
     };
     let info = ctrl.dev_info();
     let dev_id = info.dev_id as i32;
-    let backend: Box<dyn Backend> = make_backend(&opts.spec)?;
     let (bs, num_blocks) = (backend.block_size(), backend.num_blocks());
     let config = EngineConfig {
         queues: info.nr_hw_queues,

@@ -7,10 +7,11 @@
 use crate::backend::{Backend, DirectBackend};
 use crate::ftl::{FtlBackend, Timing};
 use crate::handoff::LockMode;
-use ptsd_blockdev::{BlockError, FileDevice, FileDeviceOptions, MemDevice};
-use ptsd_ftl::{FtlConfig, SchedulerKind, StoreKind, Variant};
+use ptsd_blockdev::{BlockDevice, BlockError, MemDevice};
+use ptsd_ftl::{FtlConfig, SchedulerKind, Ssd, StoreKind, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The device's contents.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +108,26 @@ pub struct DeviceSpec {
     pub poll: bool,
 }
 
+/// What the caller opened for a backend: the backing file or device, or
+/// the emulated SSD. ptsd-ublk opens nothing that outlives its daemon: the
+/// binary gets these from ptsd-stack, which locks a persistent image for as
+/// long as the device is served.
+pub enum Opened {
+    /// The backing file or device ([`BackendSpec::Backing`]).
+    Device(Arc<dyn BlockDevice>),
+    /// The emulated SSD of [`DeviceSpec::ftl_config`] ([`BackendSpec::Ftl`]).
+    Ssd(Box<Ssd>),
+}
+
+impl Opened {
+    fn kind(&self) -> &'static str {
+        match self {
+            Opened::Device(_) => "a backing device",
+            Opened::Ssd(_) => "an emulated SSD",
+        }
+    }
+}
+
 /// Why a backend could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
@@ -118,39 +139,94 @@ pub enum SpecError {
         /// Bytes per block.
         block_size: u32,
     },
-    /// The backing file or device could not be opened.
-    #[error("backing store {path}: {source}")]
-    Backing {
-        /// The file or device.
-        path: PathBuf,
-        /// Why.
-        source: BlockError,
+    /// The caller handed over the wrong thing (or nothing) for this backend.
+    #[error("the {backend} backend needs {want}, got {got}")]
+    Opened {
+        /// The backend of the spec.
+        backend: &'static str,
+        /// What it needs opened by the caller.
+        want: &'static str,
+        /// What it was given.
+        got: &'static str,
     },
     /// The RAM disk could not be created.
-    #[error("memory device: {0}")]
+    #[error("memory device")]
     Mem(#[source] BlockError),
-    /// The emulated SSD could not be opened.
-    #[error("emulated SSD: {0}")]
+    /// The emulated SSD's acknowledged-write log could not be opened or replayed.
+    #[error("emulated SSD")]
     Ftl(#[source] crate::ftl::OpenError),
 }
 
 impl DeviceSpec {
-    /// Build the backend this spec describes.
+    /// The emulated SSD's configuration, for a [`BackendSpec::Ftl`] spec:
+    /// what the caller opens (`ptsd_stack::claim_ssd`, or `Ssd::new` for a
+    /// RAM or timing-only store) and hands to [`build_backend`](Self::build_backend).
+    pub fn ftl_config(&self) -> Option<FtlConfig> {
+        let BackendSpec::Ftl {
+            scheme,
+            bytes,
+            store,
+            ..
+        } = &self.backend
+        else {
+            return None;
+        };
+        let variant = match scheme {
+            FtlScheme::Page => Variant::Page,
+            FtlScheme::Dftl => Variant::Dftl,
+            FtlScheme::Ptsd => Variant::WriteOpt,
+        };
+        let mut cfg = FtlConfig::paper(variant, *bytes);
+        // The paper's 20 %-of-the-map budget is too small to hold
+        // even a few mapping pages on a tiny device.
+        let floor = 4 * u64::from(cfg.page_size);
+        cfg.map_memory_bytes = cfg.map_memory_bytes.map(|b| b.max(floor));
+        cfg.store = match store {
+            FtlStore::None => StoreKind::None,
+            FtlStore::Mem => StoreKind::Memory,
+            FtlStore::File(path) => StoreKind::File { path: path.clone() },
+        };
+        if let Some(s) = self.sched {
+            cfg.scheduler = s;
+        }
+        Some(cfg)
+    }
+
+    /// Build the backend this spec describes: a RAM disk made here
+    /// (`opened` = `None`), or on what the caller `opened` — the backing
+    /// file or device, or the emulated SSD.
     ///
     /// ```
-    /// use ptsd_ublk::spec::{BackendSpec, DeviceSpec};
-    /// use ptsd_ublk::{LockMode, SchedulerKind};
-    /// let spec = DeviceSpec {
+    /// use ptsd_ftl::Ssd;
+    /// use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, Opened};
+    /// use ptsd_ublk::{ftl::Timing, LockMode, SchedulerKind};
+    /// let mut spec = DeviceSpec {
     ///     backend: BackendSpec::Mem { bytes: 1 << 20, block_size: 4096 },
     ///     sched: Some(SchedulerKind::ReadPriority),
     ///     lock_mode: LockMode::Swap,
     ///     poll: true,
     /// };
-    /// assert_eq!(spec.build_backend().unwrap().num_blocks(), 256);
+    /// assert_eq!(spec.build_backend(None).unwrap().num_blocks(), 256);
+    ///
+    /// spec.backend = BackendSpec::Ftl {
+    ///     scheme: FtlScheme::Ptsd,
+    ///     bytes: 64 << 20,
+    ///     store: FtlStore::Mem,
+    ///     timing: Timing::Off,
+    /// };
+    /// let ssd = Ssd::new(spec.ftl_config().unwrap()).unwrap();
+    /// let b = spec.build_backend(Some(Opened::Ssd(Box::new(ssd)))).unwrap();
+    /// assert_eq!(b.num_blocks(), 16384);
+    /// assert!(spec.build_backend(None).is_err());
     /// ```
-    pub fn build_backend(&self) -> Result<Box<dyn Backend>, SpecError> {
-        match &self.backend {
-            BackendSpec::Mem { bytes, block_size } => {
+    pub fn build_backend(&self, opened: Option<Opened>) -> Result<Box<dyn Backend>, SpecError> {
+        let mismatch = |backend, want, opened: Option<Opened>| SpecError::Opened {
+            backend,
+            want,
+            got: opened.as_ref().map_or("nothing", Opened::kind),
+        };
+        match (&self.backend, opened) {
+            (BackendSpec::Mem { bytes, block_size }, None) => {
                 let bs = u64::from(*block_size);
                 if *bytes == 0 || bs == 0 || bytes % bs != 0 {
                     return Err(SpecError::BadSize {
@@ -161,43 +237,16 @@ impl DeviceSpec {
                 let dev = MemDevice::new(*block_size, bytes / bs).map_err(SpecError::Mem)?;
                 Ok(Box::new(DirectBackend::new(dev, self.direct_sched())))
             }
-            BackendSpec::Backing { path, block_size } => {
-                let dev: FileDevice = FileDeviceOptions::new()
-                    .block_size(*block_size)
-                    .open(path)
-                    .map_err(|source| SpecError::Backing {
-                        path: path.clone(),
-                        source,
-                    })?;
+            (BackendSpec::Backing { .. }, Some(Opened::Device(dev))) => {
                 Ok(Box::new(DirectBackend::new(dev, self.direct_sched())))
             }
-            BackendSpec::Ftl {
-                scheme,
-                bytes,
-                store,
-                timing,
-            } => {
-                let variant = match scheme {
-                    FtlScheme::Page => Variant::Page,
-                    FtlScheme::Dftl => Variant::Dftl,
-                    FtlScheme::Ptsd => Variant::WriteOpt,
-                };
-                let mut cfg = FtlConfig::paper(variant, *bytes);
-                // The paper's 20 %-of-the-map budget is too small to hold
-                // even a few mapping pages on a tiny device.
-                let floor = 4 * u64::from(cfg.page_size);
-                cfg.map_memory_bytes = cfg.map_memory_bytes.map(|b| b.max(floor));
-                cfg.store = match store {
-                    FtlStore::None => StoreKind::None,
-                    FtlStore::Mem => StoreKind::Memory,
-                    FtlStore::File(path) => StoreKind::File { path: path.clone() },
-                };
-                if let Some(s) = self.sched {
-                    cfg.scheduler = s;
-                }
-                let backend = FtlBackend::new(cfg, *timing).map_err(SpecError::Ftl)?;
+            (BackendSpec::Ftl { timing, .. }, Some(Opened::Ssd(ssd))) => {
+                let backend = FtlBackend::new(*ssd, *timing).map_err(SpecError::Ftl)?;
                 Ok(Box::new(backend))
             }
+            (BackendSpec::Mem { .. }, o) => Err(mismatch("memory", "nothing", o)),
+            (BackendSpec::Backing { .. }, o) => Err(mismatch("backing", "a backing device", o)),
+            (BackendSpec::Ftl { .. }, o) => Err(mismatch("FTL", "an emulated SSD", o)),
         }
     }
 

@@ -3,13 +3,13 @@
 
 use ptsd_blockdev::BlockError;
 use ptsd_ftl::Clock as _;
-use ptsd_ftl::{FtlConfig, FtlError, StoreKind, Variant, VirtualClock};
+use ptsd_ftl::{FtlConfig, FtlError, Ssd, StoreKind, Variant, VirtualClock};
 use ptsd_ublk::backend::{block_errno, Backend};
 use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig, Incoming, QueueSide};
 use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
 use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::request::{op, RawDesc};
-use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, Opened};
 use ptsd_ublk::{LockMode, SchedulerKind};
 use std::sync::Arc;
 
@@ -26,6 +26,19 @@ struct Rig {
     clock: Option<Arc<VirtualClock>>,
 }
 
+/// The backend `spec` describes, on an SSD opened here (the binary opens
+/// and locks a persistent image through ptsd-stack instead).
+fn build(spec: &DeviceSpec) -> Box<dyn ptsd_ublk::Backend> {
+    let opened = spec.ftl_config().map(|c| {
+        let ssd = match c.store {
+            StoreKind::File { .. } => Ssd::open(c),
+            _ => Ssd::new(c),
+        };
+        Opened::Ssd(Box::new(ssd.unwrap()))
+    });
+    spec.build_backend(opened).unwrap()
+}
+
 fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedulerKind>) -> Rig {
     let spec = DeviceSpec {
         backend: BackendSpec::Ftl {
@@ -38,7 +51,7 @@ fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedulerKind>) -> Rig {
         lock_mode: LockMode::Swap,
         poll: true,
     };
-    let backend = spec.build_backend().unwrap();
+    let backend = build(&spec);
     let (clock, handle_t) = match timing {
         Timing::Off => (Clock::wall(), None),
         Timing::Emulate => {
@@ -102,7 +115,7 @@ fn an_out_of_space_ftl_answers_enospc_and_other_faults_eio() {
     ] {
         let mut cfg = FtlConfig::paper(Variant::Page, 32 << 20);
         cfg.store = StoreKind::Memory;
-        let mut backend = FtlBackend::new(cfg, Timing::Off).unwrap();
+        let mut backend = FtlBackend::new(Ssd::new(cfg).unwrap(), Timing::Off).unwrap();
         backend.inject_fault(fault);
         let mut r = rig_for(Box::new(backend), Clock::wall(), None);
         let data = pattern(7, BS);
@@ -325,7 +338,7 @@ fn a_file_store_keeps_flushed_data_across_a_restart() {
         poll: true,
     };
     for round in 0..2u8 {
-        let (engine, shared) = Engine::new(spec.build_backend().unwrap(), config, Clock::wall());
+        let (engine, shared) = Engine::new(build(&spec), config, Clock::wall());
         let worker = engine.spawn().unwrap();
         let (mut queue, handle) = fake_queue(4, BS, true);
         let mut side = QueueSide::new(shared.clone(), 0);

@@ -36,7 +36,7 @@ struct Daemon {
 }
 
 fn start(image: &Path, timing: Timing, log_limit: Option<u64>) -> Daemon {
-    let mut backend = FtlBackend::new(cfg(image), timing).unwrap();
+    let mut backend = FtlBackend::new(Ssd::open(cfg(image)).unwrap(), timing).unwrap();
     if let Some(l) = log_limit {
         backend.set_log_limit(l);
     }
@@ -203,7 +203,7 @@ fn acknowledged_writes_survive_a_daemon_kill_and_the_next_flush_covers_them() {
 fn a_flush_drops_only_what_it_covers_and_a_clean_stop_empties_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("ssd.img");
-    let backend = FtlBackend::new(cfg(&image), Timing::Off).unwrap();
+    let backend = FtlBackend::new(Ssd::open(cfg(&image)).unwrap(), Timing::Off).unwrap();
     assert!(backend.log().unwrap().is_empty());
     drop(backend);
     // Writes, a flush, more writes: the log keeps the records after the

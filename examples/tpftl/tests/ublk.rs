@@ -2,7 +2,7 @@
 //! use; the kernel queue runs the same engine): what `tpftl-ublk` serves.
 
 use ptsd_example_tpftl::device_config;
-use ptsd_ftl::StoreKind;
+use ptsd_ftl::{Ssd, StoreKind};
 use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig};
 use ptsd_ublk::fake::fake_queue;
 use ptsd_ublk::ftl::{FtlBackend, Timing};
@@ -11,7 +11,11 @@ use ptsd_ublk::QueueSide;
 
 #[test]
 fn tpftl_serves_block_requests_through_the_ublk_engine() {
-    let backend = FtlBackend::new(device_config(32 << 20, StoreKind::Memory), Timing::Off).unwrap();
+    let backend = FtlBackend::new(
+        Ssd::new(device_config(32 << 20, StoreKind::Memory)).unwrap(),
+        Timing::Off,
+    )
+    .unwrap();
     assert_eq!(backend.ssd().config().scheme_name(), "tpftl");
     let config = EngineConfig {
         depth: 4,

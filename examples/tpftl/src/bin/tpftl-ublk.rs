@@ -10,11 +10,11 @@ use std::io::Write as _;
 use anyhow::{Context, Result};
 use clap::Parser;
 use ptsd_example_tpftl::device_config;
-use ptsd_ftl::StoreKind;
+use ptsd_ftl::{Ssd, StoreKind};
 use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
-use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, SpecError};
-use ptsd_ublk::{Backend, LockMode};
+use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
+use ptsd_ublk::LockMode;
 
 #[derive(Parser)]
 struct Args {
@@ -62,7 +62,7 @@ fn main() -> Result<()> {
     let cfg = device_config(args.size, store);
     cfg.validate().context("the device configuration")?;
     // What the device stores for tools that list it; the backend served is
-    // the one built below (see `kernel::run_with`).
+    // the one built below (see `kernel::run`).
     let spec = DeviceSpec {
         backend: BackendSpec::Ftl {
             scheme: FtlScheme::Dftl,
@@ -83,13 +83,12 @@ fn main() -> Result<()> {
     };
     kernel::check_driver()?;
     let timing = args.timing;
-    let stats = kernel::run_with(
+    let ssd = Ssd::new(cfg).context("opening the emulated SSD")?;
+    let backend = FtlBackend::new(ssd, timing).context("the FTL backend")?;
+    let stats = kernel::run(
         &opts,
         false,
-        move |_| {
-            let b = FtlBackend::new(cfg, timing).map_err(SpecError::Ftl)?;
-            Ok(Box::new(b) as Box<dyn Backend>)
-        },
+        Box::new(backend),
         |s: &Started| {
             println!("{}", s.bdev);
             let _ = std::io::stdout().flush();

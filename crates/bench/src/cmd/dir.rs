@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use super::{invalid, BenchCmdError, Doing, Result};
 use clap::Args;
 use ptsd_blockdev::size::parse_size;
 use ptsd_blockdev::{BlockDevice, MemDevice};
@@ -68,12 +68,14 @@ fn name(i: u64) -> Vec<u8> {
 
 pub fn run(a: DirArgs) -> Result<()> {
     if a.entries == 0 || a.window == 0 || a.links_per_file == 0 || a.links_per_file > 60_000 {
-        bail!("--entries, --window and --links-per-file (at most 60000) must be positive");
+        invalid!("--entries, --window and --links-per-file (at most 60000) must be positive");
     }
     // Directory blocks (~90 entries each), one inode per file, slack.
     let blocks = a.entries / 60 + a.entries / a.links_per_file + 8192;
-    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, blocks)?);
-    ptsd_stack::mkfs(&DeviceSpec::Device(dev.clone()), None, Duration::ZERO)?;
+    let dev: Arc<dyn BlockDevice> =
+        Arc::new(MemDevice::new(4096, blocks).doing(|| "making the device".into())?);
+    ptsd_stack::mkfs(&DeviceSpec::Device(dev.clone()), None, Duration::ZERO)
+        .doing(|| "formatting the device".into())?;
     let _ = std::fs::remove_file(&a.journal);
     // Mounted as `ptsd mount` mounts, on the in-memory device.
     let mut spec = StackSpec::new(
@@ -82,11 +84,14 @@ pub fn run(a: DirArgs) -> Result<()> {
     );
     spec.journal_bytes = a.journal_size;
     spec.journal_config = JournalConfig::partitioned(4);
-    let stack = Stack::open(spec).with_context(|| format!("journal {}", a.journal.display()))?;
+    let stack = Stack::open(spec).doing(|| format!("journal {}", a.journal.display()))?;
     let journal = stack.store().journal().clone();
     let fs = stack.fs().clone();
     let me = Caller { uid: 0, gid: 0 };
-    let dir = fs.mkdir(fs.root(), b"big", 0o755, me)?.ino;
+    let dir = fs
+        .mkdir(fs.root(), b"big", 0o755, me)
+        .doing(|| "mkdir big".into())?
+        .ino;
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
 
     outln!(
@@ -120,10 +125,14 @@ pub fn run(a: DirArgs) -> Result<()> {
         let (c0, w0) = (thread_cpu(), Instant::now());
         for i in done..end {
             if i % a.links_per_file == 0 {
-                target = fs.create(dir, &name(i), 0o644, me)?.ino;
-                fs.release(target)?;
+                target = fs
+                    .create(dir, &name(i), 0o644, me)
+                    .doing(|| format!("create entry {i}"))?
+                    .ino;
+                fs.release(target).doing(|| format!("release entry {i}"))?;
             } else {
-                fs.link(target, dir, &name(i))?;
+                fs.link(target, dir, &name(i))
+                    .doing(|| format!("link entry {i}"))?;
             }
         }
         let n = (end - done) as f64;
@@ -136,13 +145,14 @@ pub fn run(a: DirArgs) -> Result<()> {
         let c1 = thread_cpu();
         for _ in 0..a.lookups {
             let i = rng.gen_range(0..end);
-            fs.lookup(dir, &name(i))?;
+            fs.lookup(dir, &name(i))
+                .doing(|| format!("lookup entry {i}"))?;
         }
         let lookup_cpu = (thread_cpu() - c1) / a.lookups as f64 * 1e6;
         let c2 = thread_cpu();
         for k in 0..a.lookups {
             if fs.lookup(dir, &name(a.entries + k)).is_ok() {
-                bail!("a name never added was found");
+                return Err(BenchCmdError::Failed("a name never added was found".into()));
             }
         }
         let miss_cpu = (thread_cpu() - c2) / a.lookups as f64 * 1e6;
@@ -156,7 +166,7 @@ pub fn run(a: DirArgs) -> Result<()> {
     let mut listed = 0u64;
     let mut cookie = 0;
     loop {
-        let page = fs.readdir(dir, cookie, 4096)?;
+        let page = fs.readdir(dir, cookie, 4096).doing(|| "readdir".into())?;
         let Some(last) = page.last() else { break };
         cookie = last.next;
         listed += page.len() as u64;
@@ -169,7 +179,7 @@ pub fn run(a: DirArgs) -> Result<()> {
     );
     let w = Instant::now();
     drop(fs);
-    stack.close()?;
+    stack.close().doing(|| "closing the stack".into())?;
     outln!(
         "close (checkpoint of everything): {:.2} s; load average after: {}",
         w.elapsed().as_secs_f64(),

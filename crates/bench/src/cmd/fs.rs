@@ -6,17 +6,15 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use super::{invalid, BenchCmdError, Doing, Result};
+use crate::fsbench::bulk::BulkConfig;
+use crate::fsbench::devstat::FlushCounter;
+use crate::fsbench::noopfs::NoopOptions;
+use crate::fsbench::report;
+use crate::fsbench::suite::{self, Durability, Role, Setup, SpawnSpec, SuiteConfig, TargetSpec};
+use crate::fsbench::target::{self, Ext4Setup};
+use crate::fsbench::{Bound, SyncKind, TokubenchConfig, VarmailConfig};
 use clap::{Args, ValueEnum};
-use ptsd_bench::fsbench::bulk::BulkConfig;
-use ptsd_bench::fsbench::devstat::FlushCounter;
-use ptsd_bench::fsbench::noopfs::NoopOptions;
-use ptsd_bench::fsbench::report;
-use ptsd_bench::fsbench::suite::{
-    self, Durability, Role, Setup, SpawnSpec, SuiteConfig, TargetSpec,
-};
-use ptsd_bench::fsbench::target::{self, Ext4Setup};
-use ptsd_bench::fsbench::{Bound, SyncKind, TokubenchConfig, VarmailConfig};
 use ptsd_blockdev::size::parse_size;
 
 /// The targets `ptsd bench fs` can set up. Each one's class, role and
@@ -205,7 +203,7 @@ fn ptsd_spawn(
     args.extend(a.ptsd_mount_args.iter().cloned());
     args.push(mountpoint.clone().into());
     Ok(SpawnSpec {
-        program: std::env::current_exe().context("locating the ptsd binary")?,
+        program: std::env::current_exe().doing(|| "locating the ptsd binary".into())?,
         args,
         mountpoint,
         timeout: Duration::from_secs(a.mount_timeout),
@@ -251,8 +249,7 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
         ),
         Target::Host => {
             let path = p.work_dir.join("host");
-            std::fs::create_dir_all(&path)
-                .with_context(|| format!("creating {}", path.display()))?;
+            std::fs::create_dir_all(&path).doing(|| format!("creating {}", path.display()))?;
             TargetSpec {
                 role: Role::Reference,
                 ..TargetSpec::dir(suite::HOST, path, Durability::PowerLoss)
@@ -293,7 +290,7 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
                 }
                 args.push(mountpoint.clone().into());
                 Setup::Spawned(SpawnSpec {
-                    program: std::env::current_exe().context("locating the ptsd binary")?,
+                    program: std::env::current_exe().doing(|| "locating the ptsd binary".into())?,
                     args,
                     mountpoint,
                     timeout: Duration::from_secs(a.mount_timeout),
@@ -370,12 +367,12 @@ fn spec(t: Target, a: &FsArgs, p: &Paths) -> Result<TargetSpec> {
 /// `NAME=DIR` or `NAME:CLASS=DIR`.
 fn parse_dir(d: &str) -> Result<TargetSpec> {
     let Some((name, path)) = d.split_once('=') else {
-        bail!("--dir wants NAME=DIR or NAME:CLASS=DIR, got {d:?}");
+        invalid!("--dir wants NAME=DIR or NAME:CLASS=DIR, got {d:?}");
     };
     let (name, class) = match name.split_once(':') {
         Some((n, c)) => match Durability::parse(c) {
             Some(d @ (Durability::ProcessCrash | Durability::PowerLoss)) => (n, d),
-            _ => bail!("--dir {d:?}: class must be process-crash or power-loss"),
+            _ => invalid!("--dir {d:?}: class must be process-crash or power-loss"),
         },
         None => (name, Durability::Unknown),
     };
@@ -388,13 +385,13 @@ fn parse_dir(d: &str) -> Result<TargetSpec> {
 
 pub fn run(a: FsArgs) -> Result<()> {
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
-        bail!("--seconds must be positive");
+        invalid!("--seconds must be positive");
     }
     if !(a.settle.is_finite() && a.settle >= 0.0) {
-        bail!("--settle must be a number of seconds >= 0");
+        invalid!("--settle must be a number of seconds >= 0");
     }
     if a.rounds == 0 || a.rounds % 2 == 0 {
-        bail!(
+        invalid!(
             "--rounds must be odd (the median is then a measured round), got {}",
             a.rounds
         );
@@ -404,10 +401,9 @@ pub fn run(a: FsArgs) -> Result<()> {
         Some(d) => d.clone(),
         None => PathBuf::from(format!("/var/tmp/ptsd-bench-{}", std::process::id())),
     };
-    std::fs::create_dir_all(&work_dir)
-        .with_context(|| format!("creating {}", work_dir.display()))?;
+    std::fs::create_dir_all(&work_dir).doing(|| format!("creating {}", work_dir.display()))?;
     let scratch = work_dir.join("mnt");
-    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    std::fs::create_dir_all(&scratch).doing(|| format!("creating {}", scratch.display()))?;
     let shm = PathBuf::from("/dev/shm");
     let paths = Paths {
         work_dir: work_dir.clone(),
@@ -433,13 +429,13 @@ pub fn run(a: FsArgs) -> Result<()> {
         use ptsd_fs::uring::{enable, Availability};
         match Availability::probe() {
             Availability::Enabled => {}
-            Availability::Disabled => enable().with_context(|| {
+            Availability::Disabled => enable().doing(|| {
                 format!(
                     "the io_uring targets need FUSE over io_uring, which is off: {}",
                     Availability::Disabled.reason()
                 )
             })?,
-            Availability::Missing => bail!(
+            Availability::Missing => invalid!(
                 "the io_uring targets (ptsd-uring, noop-uring) need FUSE over io_uring: {}",
                 Availability::Missing.reason()
             ),
@@ -454,7 +450,7 @@ pub fn run(a: FsArgs) -> Result<()> {
     }
     for (i, t) in targets.iter().enumerate() {
         if targets[..i].iter().any(|u| u.name == t.name) {
-            bail!("target {} listed twice (--rounds repeats targets)", t.name);
+            invalid!("target {} listed twice (--rounds repeats targets)", t.name);
         }
     }
 
@@ -483,7 +479,9 @@ pub fn run(a: FsArgs) -> Result<()> {
         bulk: BulkConfig {
             threads: a.threads,
             file_size: a.bulk_size,
-            io_size: usize::try_from(a.bulk_io).context("--bulk-io")?,
+            io_size: usize::try_from(a.bulk_io).map_err(|_| {
+                BenchCmdError::Invalid(format!("--bulk-io {} is too large", a.bulk_io))
+            })?,
             rand_bound: a.bulk_rand_reads.map_or(seconds, Bound::Ops),
             seed: a.seed,
             drop_caches: true,
@@ -537,10 +535,13 @@ pub fn run(a: FsArgs) -> Result<()> {
     }
     let report = report::build(&cfg, runs);
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(BenchCmdError::Json)?
+        );
     } else {
         out!("{}", report::render_table(&report));
     }
-    report::first_error(&report)?;
+    report::first_error(&report).map_err(BenchCmdError::FsBench)?;
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use super::{invalid, BenchCmdError, Doing, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
 use ptsd_blockdev::size::{parse_size, ByteSize};
@@ -214,7 +214,7 @@ async fn task(file: Rc<tokio_uring::fs::File>, job: Rc<Job>, mut buf: AlignedBuf
         };
         let ns = t0.elapsed().as_nanos() as u64;
         buf = b;
-        let n = res.with_context(|| {
+        let n = res.doing(|| {
             format!(
                 "{} of {} bytes at {off}",
                 if read { "read" } else { "write" },
@@ -222,11 +222,11 @@ async fn task(file: Rc<tokio_uring::fs::File>, job: Rc<Job>, mut buf: AlignedBuf
             )
         })?;
         if n as u64 != job.bs {
-            bail!(
+            return Err(BenchCmdError::Failed(format!(
                 "short {} at {off}: {n} of {} bytes",
                 if read { "read" } else { "write" },
                 job.bs
-            );
+            )));
         }
         let h = if read { &job.read_lat } else { &job.write_lat };
         h.borrow_mut().saturating_record(ns.max(1));
@@ -258,7 +258,7 @@ fn run_job(
         b
     };
     let rt = tokio_uring::Runtime::new(&builder)
-        .context("io_uring runtime (is io_uring allowed here?)")?;
+        .doing(|| "io_uring runtime (is io_uring allowed here?)".into())?;
     rt.block_on(async {
         let file = Rc::new(tokio_uring::fs::File::from_std(file));
         let per_job_seq = span_blocks / u64::from(a.jobs);
@@ -288,7 +288,8 @@ fn run_job(
             .map(|buf| tokio_uring::spawn(task(file.clone(), job.clone(), buf)))
             .collect();
         for t in tasks {
-            t.await.context("a load task panicked")??;
+            t.await
+                .map_err(|_| BenchCmdError::Failed("a load task panicked".into()))??;
         }
         let done = Instant::now();
         let job = Rc::try_unwrap(job).ok().expect("every task has finished");
@@ -304,7 +305,8 @@ fn run_job(
 fn target_bytes(file: &std::fs::File) -> Result<u64> {
     use std::io::Seek;
     let mut f = file;
-    Ok(f.seek(std::io::SeekFrom::End(0))?)
+    f.seek(std::io::SeekFrom::End(0))
+        .doing(|| "finding the target's size".into())
 }
 
 /// Create a missing file, or extend a short one, writing it out to `size`
@@ -315,8 +317,11 @@ fn lay_out(path: &Path, size: u64) -> Result<()> {
         .create(true)
         .append(true)
         .open(path)
-        .with_context(|| format!("create {}", path.display()))?;
-    let have = f.metadata()?.len();
+        .doing(|| format!("create {}", path.display()))?;
+    let have = f
+        .metadata()
+        .doing(|| format!("stat {}", path.display()))?
+        .len();
     if have >= size {
         return Ok(());
     }
@@ -327,11 +332,11 @@ fn lay_out(path: &Path, size: u64) -> Result<()> {
     let mut left = size - have;
     while left > 0 {
         let n = left.min(chunk.len() as u64) as usize;
-        f.write_all(&chunk[..n])?;
+        f.write_all(&chunk[..n])
+            .doing(|| format!("write {}", path.display()))?;
         left -= n as u64;
     }
-    f.sync_all()?;
-    Ok(())
+    f.sync_all().doing(|| format!("fsync {}", path.display()))
 }
 
 fn op_report(h: &Histogram<u64>, bs: u64, secs: f64) -> Option<OpReport> {
@@ -405,17 +410,17 @@ fn table(r: &BlkReport) -> String {
 /// Run `ptsd bench blk`.
 pub fn run(a: BlkArgs) -> Result<()> {
     if a.bs == 0 || a.bs % 512 != 0 {
-        bail!("--bs must be a non-zero multiple of 512 (got {})", a.bs);
+        invalid!("--bs must be a non-zero multiple of 512 (got {})", a.bs);
     }
     if a.qd == 0 || a.qd > 4096 || a.jobs == 0 || a.jobs > 1024 {
-        bail!("--qd must be 1..=4096 and --jobs 1..=1024");
+        invalid!("--qd must be 1..=4096 and --jobs 1..=1024");
     }
     let is_dev = std::fs::metadata(&a.target)
         .map(|m| m.file_type().is_block_device())
         .unwrap_or(false);
     if !is_dev {
         match (a.target.exists(), a.size) {
-            (false, None) => bail!(
+            (false, None) => invalid!(
                 "{} does not exist: give --size to create it",
                 a.target.display()
             ),
@@ -429,7 +434,7 @@ pub fn run(a: BlkArgs) -> Result<()> {
             .write(a.rw.read_pct() < 100)
             .custom_flags(if a.direct { libc::O_DIRECT } else { 0 })
             .open(&a.target)
-            .with_context(|| {
+            .doing(|| {
                 format!(
                     "open {}{}",
                     a.target.display(),
@@ -442,14 +447,14 @@ pub fn run(a: BlkArgs) -> Result<()> {
     let span = a.size.map_or(whole, |s| s.min(whole));
     let span_blocks = span / a.bs;
     if span_blocks == 0 {
-        bail!(
+        invalid!(
             "{} has no whole {}-byte block in its first {span} bytes",
             a.target.display(),
             a.bs
         );
     }
     let stop = match (a.seconds, a.size) {
-        (Some(s), _) if !(s.is_finite() && s > 0.0) => bail!("--seconds must be positive"),
+        (Some(s), _) if !(s.is_finite() && s > 0.0) => invalid!("--seconds must be positive"),
         (Some(s), _) => Stop::At(Duration::from_secs_f64(s)),
         (None, Some(size)) => Stop::Bytes(size / a.bs * a.bs),
         (None, None) => Stop::At(Duration::from_secs(10)),
@@ -457,7 +462,9 @@ pub fn run(a: BlkArgs) -> Result<()> {
     let files = (0..a.jobs)
         .map(|j| {
             if j == 0 {
-                first.try_clone().map_err(Into::into)
+                first
+                    .try_clone()
+                    .doing(|| format!("open {}", a.target.display()))
             } else {
                 open()
             }
@@ -477,7 +484,10 @@ pub fn run(a: BlkArgs) -> Result<()> {
         let t0 = Instant::now();
         let r: Vec<Result<JobResult>> = handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| bail!("a job thread panicked")))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(BenchCmdError::Failed("a job thread panicked".into())))
+            })
             .collect();
         (t0, r)
     });
@@ -487,8 +497,12 @@ pub fn run(a: BlkArgs) -> Result<()> {
     let mut end = t0;
     for r in results {
         let r = r?;
-        read_lat.add(&r.read_lat).context("merge histograms")?;
-        write_lat.add(&r.write_lat).context("merge histograms")?;
+        read_lat
+            .add(&r.read_lat)
+            .map_err(BenchCmdError::Histogram)?;
+        write_lat
+            .add(&r.write_lat)
+            .map_err(BenchCmdError::Histogram)?;
         end = end.max(r.done);
     }
     let secs = (end - t0).as_secs_f64().max(1e-9);
@@ -507,7 +521,10 @@ pub fn run(a: BlkArgs) -> Result<()> {
     let t = table(&report);
     if a.json {
         eout!("{t}");
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(BenchCmdError::Json)?
+        );
     } else {
         out!("{t}");
     }
@@ -516,13 +533,13 @@ pub fn run(a: BlkArgs) -> Result<()> {
         let write = ptsd_ftl::stats::cdf_points(&write_lat);
         let mut curves = Vec::new();
         if !read.is_empty() {
-            curves.push(ptsd_bench::plot::Curve {
+            curves.push(crate::plot::Curve {
                 label: "read",
                 points: &read,
             });
         }
         if !write.is_empty() {
-            curves.push(ptsd_bench::plot::Curve {
+            curves.push(crate::plot::Curve {
                 label: "write",
                 points: &write,
             });
@@ -535,7 +552,8 @@ pub fn run(a: BlkArgs) -> Result<()> {
             a.qd,
             a.jobs
         );
-        ptsd_bench::plot::write_cdf_svg(path, &title, "latency (us)", &curves, 0.9)?;
+        crate::plot::write_cdf_svg(path, &title, "latency (us)", &curves, 0.9)
+            .map_err(BenchCmdError::Plot)?;
         eoutln!("wrote {}", path.display());
     }
     Ok(())

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use super::{invalid, Doing, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
 use ptsd_blockdev::size::parse_size;
@@ -105,8 +105,10 @@ impl RunResult {
 fn run_one(args: &JournalArgs, kind: JournalKind, threads: usize) -> Result<RunResult> {
     let _ = std::fs::remove_file(&args.region);
     let region = PmemRegion::open_file(&args.region, args.region_size)
-        .with_context(|| format!("mapping {}", args.region.display()))?;
-    let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(BS as u32, args.device_blocks)?);
+        .doing(|| format!("mapping {}", args.region.display()))?;
+    let device: Arc<dyn BlockDevice> = Arc::new(
+        MemDevice::new(BS as u32, args.device_blocks).doing(|| "making the home device".into())?,
+    );
     let cfg = JournalConfig {
         checkpoint_fill: args.checkpoint_fill,
         ..match kind {
@@ -115,7 +117,8 @@ fn run_one(args: &JournalArgs, kind: JournalKind, threads: usize) -> Result<RunR
             JournalKind::ShortLock => JournalConfig::short_lock(),
         }
     };
-    let journal = Journal::create(region, device, cfg)?;
+    let journal =
+        Journal::create(region, device, cfg).doing(|| format!("creating the {kind:?} journal"))?;
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let per_thread: Vec<WorkerResult> = std::thread::scope(|s| {
@@ -137,7 +140,9 @@ fn run_one(args: &JournalArgs, kind: JournalKind, threads: usize) -> Result<RunR
     });
     let elapsed = start.elapsed();
     let stats = journal.stats();
-    journal.close()?;
+    journal
+        .close()
+        .doing(|| format!("closing the {kind:?} journal"))?;
     drop(journal);
     let _ = std::fs::remove_file(&args.region);
     let mut commit = new_hist();
@@ -242,7 +247,8 @@ fn worker(journal: &Journal, stop: &AtomicBool, args: &JournalArgs, thread: u64)
 /// write back its line, fence.
 fn stage_breakdown(args: &JournalArgs) -> Result<(f64, f64)> {
     let path = args.region.with_extension("breakdown");
-    let region = PmemRegion::open_file(&path, 64 << 20)?;
+    let region =
+        PmemRegion::open_file(&path, 64 << 20).doing(|| format!("mapping {}", path.display()))?;
     let data = vec![7u8; BS];
     let slots = (64 << 20) / (BS + 64);
     let (mut copy, mut flag) = (new_hist(), new_hist());
@@ -324,12 +330,13 @@ fn spread_line(v: &[f64]) -> String {
 /// Runs the benchmark and prints the table and the targets.
 pub fn run(args: JournalArgs) -> Result<()> {
     if args.rounds == 0 {
-        anyhow::bail!("--rounds must be at least 1");
+        invalid!("--rounds must be at least 1");
     }
     if args.kinds.is_empty() || args.threads.is_empty() || args.threads.contains(&0) {
-        anyhow::bail!("--kinds and --threads need at least one entry, threads >= 1");
+        invalid!("--kinds and --threads need at least one entry, threads >= 1");
     }
-    let probe = PmemRegion::open_file(&args.region, 1 << 20)?;
+    let probe = PmemRegion::open_file(&args.region, 1 << 20)
+        .doing(|| format!("mapping {}", args.region.display()))?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     outln!("load average at start: {}", load.trim());
     outln!(
