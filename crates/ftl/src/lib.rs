@@ -57,7 +57,7 @@ pub use config::{
 };
 pub use counters::{ByCause, FtlStats};
 pub use device::{Clock, SsdDevice, VirtualClock, WallClock};
-pub use error::{DeviceFault, FtlError, RequestError};
+pub use error::{DeviceFault, FtlError, SsdRequestError};
 pub use request::{Completion, Op, Request};
 pub mod sim;
 pub mod stats;
@@ -65,4 +65,4 @@ pub mod trace;
 pub mod workload;
 pub use image::{ImageError, PersistentStore};
 pub use ssd::{DataIo, Done, Payload, Ssd};
-pub use store::{MemStore, NoStore, Oob, PageKind, Store, StoreError};
+pub use store::{MemStore, NandStoreError, NoStore, Oob, PageKind, Store};
