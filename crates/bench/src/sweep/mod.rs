@@ -478,8 +478,9 @@ mod tests {
         ] {
             let err = SweepSpec::parse(text)
                 .and_then(|s| s.runs().map(|_| s))
-                .expect_err(text)
-                .to_string();
+                .expect_err(text);
+            // The cause is the source: the whole chain says what is wrong.
+            let err = ptsd_blockdev::ErrorChain(&err).to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }
