@@ -418,7 +418,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     let counts = match a.op_counts.as_deref().map(OpCounts::create).transpose() {
         Ok(c) => c,
         Err(e) => {
-            let msg = e.to_string();
+            let msg = ptsd_blockdev::ErrorChain(&e).to_string();
             if let Some(w) = notify.as_mut() {
                 let _ = write!(w, "{msg}");
             }
@@ -473,7 +473,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     }
     let ssd = stack.ssd().cloned();
     if let Err(e) = stack.close() {
-        tracing::error!("clean unmount failed: {e}");
+        tracing::error!("clean unmount failed: {}", ptsd_blockdev::ErrorChain(&e));
     }
     if let Some(ssd) = ssd {
         // What the emulated SSD did over this mount (RUST_LOG=info).

@@ -17,25 +17,11 @@ pub fn write_ignoring_errors(mut w: impl Write, args: fmt::Arguments<'_>, newlin
     let _ = w.flush();
 }
 
-/// An error and its causes on one line, `a: b: c`, each cause once. Many
-/// of the crates' error types put their cause's text in their own message
-/// and also return it as `source()`, so anyhow's `{:#}` would print it
-/// again at every level ("opening X: store: image: too small: store:
-/// image: too small: ..."); a cause whose text the line already holds adds
-/// nothing and is left out.
+/// An error and its causes on one line, `a: b: c` (anyhow's `{:#}`). Every
+/// error type of the crates shows its cause either in its own message or
+/// as its `source()`, never both, so each cause is printed once.
 pub fn error_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
+    format!("{e:#}")
 }
 
 /// `println!` that never panics.
@@ -60,26 +46,42 @@ mod tests {
 
     use super::error_line;
 
-    #[derive(Debug, thiserror::Error)]
-    #[error("image: {0}")]
-    struct Shows(#[from] std::io::Error);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("store")]
-    struct Hides(#[source] std::io::Error);
-
-    /// A cause already in its parent's text is not printed again; a cause
-    /// its parent does not show is.
+    /// Errors that cross every layer print each cause once: a too-small
+    /// SSD image (stack, FTL, its page store, the image) and a missing
+    /// directory (stack, block device, the OS).
     #[test]
     fn error_line_prints_each_cause_once() {
-        let io = || std::io::Error::other("device too small");
-        let shown = anyhow::Error::new(Shows(io())).context("opening d.img");
-        assert_eq!(error_line(&shown), "opening d.img: image: device too small");
-        let hidden = anyhow::Error::new(Hides(io())).context("opening d.img");
-        assert_eq!(
-            error_line(&hidden),
-            "opening d.img: store: device too small"
-        );
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("ssd.img");
+        std::fs::write(&img, vec![1u8; 4096]).unwrap();
+        let mut cfg = ptsd_stack::small_ssd_config(16 << 20);
+        cfg.store = ptsd_ftl::StoreKind::File { path: img };
+        let too_small =
+            ptsd_stack::claim_ssd(cfg, ptsd_stack::Holder::Ublk, std::time::Duration::ZERO)
+                .err()
+                .unwrap();
+        let missing = ptsd_stack::mkfs(
+            &ptsd_stack::DeviceSpec::Path(tmp.path().join("no/such/dir/fs.img")),
+            Some(1 << 20),
+            std::time::Duration::ZERO,
+        )
+        .unwrap_err();
+        for (e, want) in [
+            (too_small.into(), "small"),
+            (missing.into(), "No such file"),
+        ] {
+            let line = error_line(&e);
+            assert!(line.contains(want), "{line}");
+            let parts: Vec<&str> = line.split(": ").collect();
+            for (i, p) in parts.iter().enumerate() {
+                assert!(!parts[i + 1..].contains(p), "{p:?} twice in {line}");
+            }
+            assert_eq!(
+                parts.len(),
+                e.chain().count(),
+                "one segment per error in the chain: {line}"
+            );
+        }
     }
 
     /// No source file of the binary uses the panicking print macros.

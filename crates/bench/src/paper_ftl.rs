@@ -57,13 +57,13 @@ use crate::plot::{write_cdf_svg, Curve, PlotError};
 /// The paper experiment could not run or could not write its results.
 #[derive(Debug, Error)]
 pub enum PaperError {
-    #[error("invalid SSD configuration for {variant}: {source}")]
+    #[error("invalid SSD configuration for {variant}")]
     Config {
         variant: String,
         #[source]
         source: ptsd_ftl::FtlError,
     },
-    #[error("{variant}: {source}")]
+    #[error("{variant}")]
     Sim {
         variant: String,
         #[source]
@@ -77,7 +77,7 @@ pub enum PaperError {
         #[source]
         source: ptsd_ftl::workload::WorkloadError,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: String,
         #[source]
@@ -85,7 +85,7 @@ pub enum PaperError {
     },
     #[error(transparent)]
     Plot(#[from] PlotError),
-    #[error("writing JSON: {0}")]
+    #[error("writing JSON")]
     Json(#[from] serde_json::Error),
     #[error("the simulation of {0} panicked (a bug; see the message above)")]
     Panicked(String),

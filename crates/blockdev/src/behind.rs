@@ -173,7 +173,7 @@ fn write_loop(dev: &dyn BlockDevice, shared: &Shared) {
         st.bytes_in_flight -= bytes;
         if let Err(e) = result {
             if st.failed.is_none() {
-                tracing::error!("background write failed: {e}");
+                tracing::error!("background write failed: {}", crate::ErrorChain(&e));
                 st.failed = Some(Arc::new(e));
             }
         }

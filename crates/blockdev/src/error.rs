@@ -45,7 +45,7 @@ pub enum BlockError {
     #[error("an earlier background write failed")]
     WriteBehindFailed(#[source] std::sync::Arc<BlockError>),
     /// The operating system reported an error.
-    #[error("I/O error: {0}")]
+    #[error("I/O error")]
     Io(#[from] std::io::Error),
 }
 
@@ -61,5 +61,33 @@ impl BlockError {
     /// ```
     pub fn is_injected(&self) -> bool {
         matches!(self, Self::InjectedFault { .. } | Self::InjectedFlushFault)
+    }
+}
+
+/// An error and its causes on one line, `a: b: c`, for messages and logs
+/// that print an error by itself (anyhow's `{:#}` does the same). Every
+/// error type of the ptsd crates shows its cause either in its message or
+/// as its `source()`, never both, so each cause appears once. It lives here
+/// because every other crate imports this one.
+///
+/// ```
+/// use ptsd_blockdev::{BlockError, ErrorChain};
+/// let e = BlockError::WriteBehindFailed(std::sync::Arc::new(BlockError::Offline));
+/// assert_eq!(
+///     ErrorChain(&e).to_string(),
+///     "an earlier background write failed: device is offline (crashed or closed)"
+/// );
+/// ```
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
     }
 }

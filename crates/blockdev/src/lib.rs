@@ -41,7 +41,7 @@ pub use cached::cached_pages;
 pub use corrupt::{Corruption, CorruptionEvent, SECTOR};
 pub use crash::{CrashDevice, CrashReport, CrashStats, Fault};
 pub use crc::CrcShift;
-pub use error::BlockError;
+pub use error::{BlockError, ErrorChain};
 pub use file::{FileDevice, FileDeviceOptions};
 pub use mem::MemDevice;
 pub use ramfs::{dir_on_ram_fs, file_on_ram_fs};

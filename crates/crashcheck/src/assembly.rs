@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::CrashDevice;
-use ptsd_fs::{FileSystem, Store, StoreError, StoreTxn};
+use ptsd_fs::{FileSystem, FsStoreError, Store, StoreTxn};
 use ptsd_ftl::{FtlConfig, Ssd, Variant};
 use ptsd_nvjournal::{CrashRegion, JournalConfig};
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec, StoreHook};
@@ -165,13 +165,13 @@ struct ITxn<'a> {
 }
 
 impl StoreTxn for ITxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError> {
         self.inner.write(blk, data)
     }
-    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), FsStoreError> {
         self.inner.write_ordered(blk, data)
     }
-    fn finish(self: Box<Self>) -> Result<(), StoreError> {
+    fn finish(self: Box<Self>) -> Result<(), FsStoreError> {
         let store = self.store;
         self.inner.finish()?;
         let left = store.left.load(Ordering::SeqCst);
@@ -189,10 +189,10 @@ impl Store for Interposed {
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         self.inner.read(blk, buf)
     }
-    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         self.inner.read_run(blk, buf)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
@@ -201,16 +201,16 @@ impl Store for Interposed {
             store: self,
         })
     }
-    fn sync(&self) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), FsStoreError> {
         self.inner.sync()
     }
-    fn checkpoint(&self) -> Result<(), StoreError> {
+    fn checkpoint(&self) -> Result<(), FsStoreError> {
         self.inner.checkpoint()
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
         self.inner.write_super(block)
     }
-    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+    fn discard(&self, blk: u64, count: u64) -> Result<(), FsStoreError> {
         self.inner.discard(blk, count)
     }
 
@@ -218,13 +218,13 @@ impl Store for Interposed {
         self.inner.holds(blk)
     }
 
-    fn close(&self) -> Result<(), StoreError> {
+    fn close(&self) -> Result<(), FsStoreError> {
         self.inner.close()
     }
     fn describe(&self) -> String {
         self.inner.describe()
     }
-    fn verify(&self, blk: u64) -> Result<(), StoreError> {
+    fn verify(&self, blk: u64) -> Result<(), FsStoreError> {
         self.inner.verify(blk)
     }
     fn checks_blocks(&self) -> bool {
@@ -264,14 +264,16 @@ impl Mounted {
         self.stack()
             .store()
             .checkpoint()
-            .map_err(|e| format!("checkpoint: {e}"))
+            .map_err(|e| format!("checkpoint: {}", ptsd_blockdev::ErrorChain(&e)))
     }
 
     /// Clean unmount (`Stack::close`: journal checkpointed, file system
     /// marked clean, SSD map checkpointed).
     pub fn close(&mut self) -> Result<(), String> {
         match self.stack.take() {
-            Some(s) => s.close().map_err(|e| format!("close: {e}")),
+            Some(s) => s
+                .close()
+                .map_err(|e| format!("close: {}", ptsd_blockdev::ErrorChain(&e))),
             None => Ok(()),
         }
     }
@@ -290,7 +292,8 @@ pub fn mount(media: &Media) -> Result<Mounted, String> {
             left: l.clone(),
         }) as Arc<dyn Store>
     }));
-    let stack = Stack::open(media.spec(Some(hook))).map_err(|e| format!("Stack::open: {e}"))?;
+    let stack = Stack::open(media.spec(Some(hook)))
+        .map_err(|e| format!("Stack::open: {}", ptsd_blockdev::ErrorChain(&e)))?;
     Ok(Mounted {
         stack: Some(stack),
         left,

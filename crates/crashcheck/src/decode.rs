@@ -158,7 +158,10 @@ fn fs_image(inp: &mut Input<'_>) -> CheckResult {
             )),
             Err(e) => Err(Violation::new(
                 T,
-                format!("fsck after a repair that succeeded failed: {e}"),
+                format!(
+                    "fsck after a repair that succeeded failed: {}",
+                    ptsd_blockdev::ErrorChain(&e)
+                ),
             )),
         },
         Err(_) => Ok(1), // refused with an error: fine
@@ -205,8 +208,12 @@ fn journal_region(inp: &mut Input<'_>) -> CheckResult {
     };
     let region = CrashRegion::new(96 << 10);
     {
-        let j = Journal::create(region.clone(), dev.clone(), cfg.clone())
-            .map_err(|e| Violation::new(T, format!("journal create: {e}")))?;
+        let j = Journal::create(region.clone(), dev.clone(), cfg.clone()).map_err(|e| {
+            Violation::new(
+                T,
+                format!("journal create: {}", ptsd_blockdev::ErrorChain(&e)),
+            )
+        })?;
         for t in 0..4u8 {
             let mut tx = j.begin();
             for b in 0..3u64 {
@@ -257,8 +264,9 @@ fn ftl_header(inp: &mut Input<'_>) -> CheckResult {
     let blocks = ptsd_ftl::Ssd::image_blocks(&cfg, 512);
     let dev = Arc::new(MemDevice::new(512, blocks).expect("geometry"));
     {
-        let mut ssd = ptsd_ftl::Ssd::open_on(cfg.clone(), Box::new(dev.clone()))
-            .map_err(|e| Violation::new(T, format!("ftl create: {e}")))?;
+        let mut ssd = ptsd_ftl::Ssd::open_on(cfg.clone(), Box::new(dev.clone())).map_err(|e| {
+            Violation::new(T, format!("ftl create: {}", ptsd_blockdev::ErrorChain(&e)))
+        })?;
         if inp.bool() {
             let _ = ssd.shutdown();
         }

@@ -100,7 +100,7 @@ pub fn run(data: &[u8]) -> CheckResult {
     );
     dev.set_torn_writes(inp.bool());
     let mut ssd = Ssd::open_on(c.clone(), Box::new(dev.clone()))
-        .map_err(|e| Violation::new(T, format!("create: {e}")))?;
+        .map_err(|e| Violation::new(T, format!("create: {}", ptsd_blockdev::ErrorChain(&e))))?;
     if corrupt {
         dev.inject(Fault::Corrupt {
             seed: u64::from(inp.u16()),
@@ -199,8 +199,15 @@ pub fn run(data: &[u8]) -> CheckResult {
     for s in 0..IMAGES {
         let seed = cut_at.wrapping_mul(1000).wrapping_add(s);
         let d2 = Arc::new(dev.crash_copy(seed));
-        let mut ssd = Ssd::open_on(c.clone(), Box::new(d2))
-            .map_err(|e| Violation::new(T, format!("image {s}: recovery failed: {e}")))?;
+        let mut ssd = Ssd::open_on(c.clone(), Box::new(d2)).map_err(|e| {
+            Violation::new(
+                T,
+                format!(
+                    "image {s}: recovery failed: {}",
+                    ptsd_blockdev::ErrorChain(&e)
+                ),
+            )
+        })?;
         ssd.check_invariants()
             .map_err(|e| Violation::new(T, format!("image {s}: invariants after recovery: {e}")))?;
         let mut now = 0;

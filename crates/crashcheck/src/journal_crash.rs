@@ -114,7 +114,7 @@ pub fn run(data: &[u8]) -> CheckResult {
     let ddev: Arc<dyn BlockDevice> = dev.clone();
     let region = CrashRegion::new(REGION);
     let journal = Journal::create(region.clone(), ddev, config(partitions))
-        .map_err(|e| Violation::new(T, format!("create: {e}")))?;
+        .map_err(|e| Violation::new(T, format!("create: {}", ptsd_blockdev::ErrorChain(&e))))?;
     // The cut hits both media at once. The region's hook holds the device
     // weakly: the two hooks would otherwise keep each other alive forever.
     let hook = Arc::downgrade(&dev);
@@ -184,7 +184,10 @@ pub fn run(data: &[u8]) -> CheckResult {
             if !region.is_crashed() {
                 return Err(Violation::new(
                     T,
-                    format!("operation failed before any crash: {e}"),
+                    format!(
+                        "operation failed before any crash: {}",
+                        ptsd_blockdev::ErrorChain(&e)
+                    ),
                 ));
             }
         }
@@ -208,12 +211,24 @@ pub fn run(data: &[u8]) -> CheckResult {
         };
         let ddev2: Arc<dyn BlockDevice> = dev2.clone();
         let (j2, _) = Journal::open(CrashRegion::from_image(img), ddev2, config(partitions))
-            .map_err(|e| Violation::new(T, format!("image {s}: recovery failed: {e}")))?;
+            .map_err(|e| {
+                Violation::new(
+                    T,
+                    format!(
+                        "image {s}: recovery failed: {}",
+                        ptsd_blockdev::ErrorChain(&e)
+                    ),
+                )
+            })?;
         let mut got = Vec::new();
         let mut buf = vec![0u8; BS];
         for b in 0..BLOCKS {
-            j2.read(b, &mut buf)
-                .map_err(|e| Violation::new(T, format!("image {s}: read {b}: {e}")))?;
+            j2.read(b, &mut buf).map_err(|e| {
+                Violation::new(
+                    T,
+                    format!("image {s}: read {b}: {}", ptsd_blockdev::ErrorChain(&e)),
+                )
+            })?;
             got.push(buf.clone());
         }
         let ok = allowed
@@ -250,7 +265,15 @@ pub fn run(data: &[u8]) -> CheckResult {
                 .write(0, &after)
                 .and_then(|()| tx.finish().map(|_| ()))
                 .and_then(|()| j2.close());
-            r.map_err(|e| Violation::new(T, format!("recovered journal refused work: {e}")))?;
+            r.map_err(|e| {
+                Violation::new(
+                    T,
+                    format!(
+                        "recovered journal refused work: {}",
+                        ptsd_blockdev::ErrorChain(&e)
+                    ),
+                )
+            })?;
             dev2.read(0, &mut buf)
                 .map_err(|e| Violation::new(T, e.to_string()))?;
             if buf != after {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use ptsd_blockdev::{check_range, check_request, BlockDevice, BlockError};
 
-use crate::error::{DeviceFault, RequestError};
+use crate::error::{DeviceFault, SsdRequestError};
 use crate::request::{Op, Request};
 use crate::ssd::{Done, Payload, Ssd};
 use crate::FtlStats;
@@ -312,7 +312,7 @@ impl<C: Clock> SsdDevice<C> {
     /// device's fault.
     fn failure(
         &self,
-        error: Option<Box<RequestError>>,
+        error: Option<Box<SsdRequestError>>,
         ssd: &Ssd,
         op: Op,
         lpn: u64,
@@ -410,14 +410,14 @@ impl<C: Clock> SsdDevice<C> {
 
 /// A request the engine refused, as a `BlockError`; the engine's error
 /// travels inside the `io::Error` (typed, for `source()`/downcasting).
-fn request_error(e: RequestError, op: Op, lpn: u64, pages: u32, capacity: u64) -> BlockError {
+fn request_error(e: SsdRequestError, op: Op, lpn: u64, pages: u32, capacity: u64) -> BlockError {
     match e {
-        RequestError::OutOfRange { .. } => BlockError::OutOfRange {
+        SsdRequestError::OutOfRange { .. } => BlockError::OutOfRange {
             block: lpn,
             count: u64::from(pages),
             capacity,
         },
-        RequestError::Failed(f) => fault_error(op, f),
+        SsdRequestError::Failed(f) => fault_error(op, f),
         other => BlockError::Io(io::Error::new(io::ErrorKind::InvalidInput, other)),
     }
 }

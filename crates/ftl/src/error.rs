@@ -3,15 +3,15 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use crate::config::ConfigError;
-use crate::store::StoreError;
+use crate::store::NandStoreError;
 
 /// Errors of the engine as a whole.
 #[derive(Debug, Error)]
 pub enum FtlError {
-    #[error("invalid configuration: {0}")]
+    #[error("invalid configuration")]
     Config(#[from] ConfigError),
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
+    #[error("store")]
+    Store(#[from] NandStoreError),
     /// GC could not free a block anywhere (over-provisioning too small for
     /// how the data ended up spread over the chips).
     #[error("no free flash space left (GC found nothing to reclaim)")]
@@ -61,7 +61,7 @@ impl Eq for DeviceFault {}
 
 /// A request the SSD refuses; nothing was changed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum RequestError {
+pub enum SsdRequestError {
     #[error("logical pages {lpn}..{} are out of range (device has {logical_pages})", .lpn.saturating_add(u64::from(*.pages)))]
     OutOfRange {
         lpn: u64,

@@ -63,7 +63,7 @@ use crate::config::FtlConfig;
 use crate::error::FtlError;
 use crate::flash::{INVALID, TRIM_OWNER};
 use crate::ssd::{Ssd, UNMAPPED};
-use crate::store::{Oob, PageKind, Store, StoreError};
+use crate::store::{NandStoreError, Oob, PageKind, Store};
 
 mod recover;
 use recover::{recover_after_cut, recover_clean, Recovered};
@@ -305,7 +305,7 @@ impl PersistentStore {
     /// lost or misdirected device write shows here as an error, never as
     /// another page's (or stale) data handed up — or copied on by GC under
     /// a fresh crc.
-    fn verify(&self, ppa: u32, data: &[u8]) -> Result<(), StoreError> {
+    fn verify(&self, ppa: u32, data: &[u8]) -> Result<(), NandStoreError> {
         if let Some(e) = self.entry(ppa) {
             if matches!(e.oob.kind, PageKind::Data | PageKind::Map)
                 && crc32c::crc32c(data) != e.data_crc
@@ -345,7 +345,7 @@ impl PersistentStore {
         decode_oob(&self.oob[at..at + OOB_BYTES])
     }
 
-    fn write_pages(&self, first_page: u64, bytes: &[u8]) -> Result<(), StoreError> {
+    fn write_pages(&self, first_page: u64, bytes: &[u8]) -> Result<(), NandStoreError> {
         let mut padded;
         let buf = if bytes.len() % self.lay.page == 0 {
             bytes
@@ -360,7 +360,7 @@ impl PersistentStore {
 
     /// Write OOB pages `pages` (sorted, distinct) from the in-memory area,
     /// contiguous runs in one device write each.
-    fn write_oob_pages(&self, pages: &[u32]) -> Result<(), StoreError> {
+    fn write_oob_pages(&self, pages: &[u32]) -> Result<(), NandStoreError> {
         let page = self.lay.page;
         let mut i = 0;
         while i < pages.len() {
@@ -390,7 +390,7 @@ impl PersistentStore {
     /// as one owned batch (a write-behind device takes it and returns at
     /// once). (A page is staged at most once: `erase` writes the staged
     /// pages out first.)
-    fn write_pending(&mut self) -> Result<(), StoreError> {
+    fn write_pending(&mut self) -> Result<(), NandStoreError> {
         if self.runs.is_empty() {
             return Ok(());
         }
@@ -403,10 +403,12 @@ impl PersistentStore {
             .next_multiple_of(self.lay.page)
             .clamp(self.lay.page, RUN_MAX);
         self.staged_bytes = 0;
-        self.dev.write_batch_owned(runs).map_err(StoreError::from)
+        self.dev
+            .write_batch_owned(runs)
+            .map_err(NandStoreError::from)
     }
 
-    fn read_pages(&self, first_page: u64, pages: u64) -> Result<Vec<u8>, StoreError> {
+    fn read_pages(&self, first_page: u64, pages: u64) -> Result<Vec<u8>, NandStoreError> {
         let mut v = vec![0u8; pages as usize * self.lay.page];
         self.dev.read(self.lay.block(first_page), &mut v)?;
         Ok(v)
@@ -426,7 +428,7 @@ impl Store for PersistentStore {
         true
     }
 
-    fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), StoreError> {
+    fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), NandStoreError> {
         if data.len() != self.lay.page {
             // Not a whole page (no caller does this): written at once.
             self.write_pending()?;
@@ -469,7 +471,7 @@ impl Store for PersistentStore {
         Some((self.data_block(ppa), self.lay.k))
     }
 
-    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), NandStoreError> {
         let block = self.data_block(ppa);
         match self.staged_at.get(&block) {
             Some(&(run, at)) if buf.len() == self.lay.page => {
@@ -491,7 +493,7 @@ impl Store for PersistentStore {
         pages: &[(u32, u32)],
         buf: &mut [u8],
         page: usize,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), NandStoreError> {
         if pages
             .iter()
             .any(|&(ppa, _)| self.staged_at.contains_key(&self.data_block(ppa)))
@@ -532,7 +534,7 @@ impl Store for PersistentStore {
         Ok(())
     }
 
-    fn erase(&mut self, first: u32, pages: u32) -> Result<(), StoreError> {
+    fn erase(&mut self, first: u32, pages: u32) -> Result<(), NandStoreError> {
         // So that no page is staged twice (the engine syncs before an
         // erase anyway: this is then a no-op).
         self.write_pending()?;
@@ -542,7 +544,7 @@ impl Store for PersistentStore {
         Ok(())
     }
 
-    fn sync(&mut self) -> Result<(), StoreError> {
+    fn sync(&mut self) -> Result<(), NandStoreError> {
         // Data first, then the OOB entries that describe it.
         self.write_pending()?;
         self.dev.flush()?;
@@ -596,10 +598,10 @@ impl Ssd {
             .map(|m| m.len() > 0)
             .unwrap_or(false);
         let dev = if exists {
-            ptsd_blockdev::FileDevice::open(path, cfg.page_size).map_err(StoreError::from)?
+            ptsd_blockdev::FileDevice::open(path, cfg.page_size).map_err(NandStoreError::from)?
         } else {
             ptsd_blockdev::FileDevice::create(path, cfg.page_size, lay.total_pages * lay.k)
-                .map_err(StoreError::from)?
+                .map_err(NandStoreError::from)?
         };
         Ssd::open_on(cfg, Box::new(dev))
     }
@@ -636,7 +638,7 @@ impl Ssd {
         cfg.validate()?;
         let block = dev.block_size();
         if block == 0 || cfg.page_size % block != 0 {
-            return Err(StoreError::from(ImageError::BlockSize {
+            return Err(NandStoreError::from(ImageError::BlockSize {
                 block,
                 page: cfg.page_size,
             })
@@ -645,7 +647,7 @@ impl Ssd {
         let lay = Layout::new(&cfg, block);
         let needed = lay.total_pages * lay.page as u64;
         if dev.capacity_bytes() < needed {
-            return Err(StoreError::from(ImageError::TooSmall {
+            return Err(NandStoreError::from(ImageError::TooSmall {
                 needed,
                 have: dev.capacity_bytes(),
             })
@@ -667,13 +669,13 @@ impl Ssd {
             run_reserve: RUN_MAX,
         };
         let header = store.read_pages(0, 1)?;
-        let state = decode_header(&cfg, &header).map_err(StoreError::from)?;
+        let state = decode_header(&cfg, &header).map_err(NandStoreError::from)?;
         let recovered = match state {
             None => {
                 // Format: a zeroed OOB area (all pages free), then the header.
                 store.oob = vec![0; lay.oob_pages as usize * lay.page];
                 store.write_pages(lay.oob_first, &store.oob)?;
-                store.dev.flush().map_err(StoreError::from)?;
+                store.dev.flush().map_err(NandStoreError::from)?;
                 None
             }
             Some(clean) => {
@@ -689,7 +691,7 @@ impl Ssd {
         let mut hdr = vec![0u8; lay.page];
         encode_header(&cfg, false, &mut hdr);
         store.write_pages(0, &hdr)?;
-        store.dev.flush().map_err(StoreError::from)?;
+        store.dev.flush().map_err(NandStoreError::from)?;
         let mut ssd = Ssd::with_store(cfg, Box::new(store));
         if let Some(r) = recovered {
             ssd.install(r, g.pages_per_block)?;
@@ -792,11 +794,11 @@ impl Ssd {
         put_u32(&mut ck, at, crc);
         let store = self.persistent_store().expect("checked above");
         store.write_pages(lay.ckpt_first, &ck)?;
-        store.dev.flush().map_err(StoreError::from)?;
+        store.dev.flush().map_err(NandStoreError::from)?;
         let mut hdr = vec![0u8; lay.page];
         encode_header(&cfg, true, &mut hdr);
         store.write_pages(0, &hdr)?;
-        store.dev.flush().map_err(StoreError::from)?;
+        store.dev.flush().map_err(NandStoreError::from)?;
         Ok(())
     }
 

@@ -59,7 +59,7 @@ pub use config::{
 };
 pub use counters::{ByCause, FtlStats};
 pub use device::{Clock, SsdDevice, VirtualClock, WallClock};
-pub use error::{DeviceFault, FtlError, RequestError};
+pub use error::{DeviceFault, FtlError, SsdRequestError};
 pub use mapping::{MapAction, MapGeometry, MappingScheme, SchemeFactory};
 pub use policy::{Scheduler, VictimPolicy};
 pub use request::{Completion, Op, Request};
@@ -70,4 +70,4 @@ pub mod workload;
 pub mod zoned;
 pub use image::{ImageError, PersistentStore};
 pub use ssd::{DataIo, Done, Payload, Ssd};
-pub use store::{MemStore, NoStore, Oob, PageKind, Store, StoreError};
+pub use store::{MemStore, NandStoreError, NoStore, Oob, PageKind, Store};

@@ -78,7 +78,7 @@ pub struct Checkpoint<D> {
 /// A simulation could not go on.
 #[derive(Debug, Error)]
 pub enum SimError {
-    #[error("the device rejected request {id} ({op:?} at page {lpn}) at {now_ns} ns: {source}")]
+    #[error("the device rejected request {id} ({op:?} at page {lpn}) at {now_ns} ns")]
     Device {
         id: u64,
         op: Op,

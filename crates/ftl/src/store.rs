@@ -43,10 +43,10 @@ impl Oob {
 
 /// Errors of a store.
 #[derive(Debug, Error)]
-pub enum StoreError {
-    #[error("backing device: {0}")]
+pub enum NandStoreError {
+    #[error("backing device")]
     Device(#[from] ptsd_blockdev::BlockError),
-    #[error("image: {0}")]
+    #[error("image")]
     Image(#[from] crate::image::ImageError),
 }
 
@@ -60,9 +60,9 @@ pub trait Store: Send {
         false
     }
     /// Program physical page `ppa` (erased) with `data` (one page).
-    fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), StoreError>;
+    fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), NandStoreError>;
     /// Read physical page `ppa` into `buf` (one page).
-    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError>;
+    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), NandStoreError>;
     /// Read several physical pages into one buffer: `(ppa, slot)` fills
     /// `buf[slot * page..][..page]`, slots in increasing order. A store on a
     /// device overrides it to read runs of consecutive pages as one request
@@ -73,7 +73,7 @@ pub trait Store: Send {
         pages: &[(u32, u32)],
         buf: &mut [u8],
         page: usize,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), NandStoreError> {
         for &(ppa, slot) in pages {
             let at = slot as usize * page;
             self.read(ppa, &mut buf[at..at + page])?;
@@ -87,14 +87,20 @@ pub trait Store: Send {
         None
     }
     /// GC copy: `to` gets `from`'s data with a new OOB.
-    fn copy(&mut self, from: u32, to: u32, oob: Oob, scratch: &mut [u8]) -> Result<(), StoreError> {
+    fn copy(
+        &mut self,
+        from: u32,
+        to: u32,
+        oob: Oob,
+        scratch: &mut [u8],
+    ) -> Result<(), NandStoreError> {
         self.read(from, scratch)?;
         self.program(to, oob, scratch)
     }
     /// Erase the `pages` pages starting at `first`.
-    fn erase(&mut self, first: u32, pages: u32) -> Result<(), StoreError>;
+    fn erase(&mut self, first: u32, pages: u32) -> Result<(), NandStoreError>;
     /// Make everything programmed so far durable.
-    fn sync(&mut self) -> Result<(), StoreError> {
+    fn sync(&mut self) -> Result<(), NandStoreError> {
         Ok(())
     }
     /// For stores with more to offer (the persistent store's checkpoint).
@@ -116,14 +122,14 @@ impl Store for NoStore {
     fn keeps_data(&self) -> bool {
         false
     }
-    fn program(&mut self, _: u32, _: Oob, _: &[u8]) -> Result<(), StoreError> {
+    fn program(&mut self, _: u32, _: Oob, _: &[u8]) -> Result<(), NandStoreError> {
         Ok(())
     }
-    fn read(&mut self, _: u32, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&mut self, _: u32, buf: &mut [u8]) -> Result<(), NandStoreError> {
         buf.fill(0);
         Ok(())
     }
-    fn erase(&mut self, _: u32, _: u32) -> Result<(), StoreError> {
+    fn erase(&mut self, _: u32, _: u32) -> Result<(), NandStoreError> {
         Ok(())
     }
     fn try_clone(&self) -> Option<Box<dyn Store>> {
@@ -256,11 +262,11 @@ impl Store for MemStore {
     fn keeps_data(&self) -> bool {
         true
     }
-    fn program(&mut self, ppa: u32, _: Oob, data: &[u8]) -> Result<(), StoreError> {
+    fn program(&mut self, ppa: u32, _: Oob, data: &[u8]) -> Result<(), NandStoreError> {
         self.page_for_program(ppa as usize).copy_from_slice(data);
         Ok(())
     }
-    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), NandStoreError> {
         let ppa = ppa as usize;
         let (c, i) = self.locate(ppa);
         match &self.chunks[c] {
@@ -269,7 +275,7 @@ impl Store for MemStore {
         }
         Ok(())
     }
-    fn copy(&mut self, from: u32, to: u32, _: Oob, _: &mut [u8]) -> Result<(), StoreError> {
+    fn copy(&mut self, from: u32, to: u32, _: Oob, _: &mut [u8]) -> Result<(), NandStoreError> {
         let (from, to) = (from as usize, to as usize);
         if !self.is_programmed(from) {
             self.unprogram(to);
@@ -296,7 +302,7 @@ impl Store for MemStore {
         }
         Ok(())
     }
-    fn erase(&mut self, first: u32, pages: u32) -> Result<(), StoreError> {
+    fn erase(&mut self, first: u32, pages: u32) -> Result<(), NandStoreError> {
         for ppa in first as usize..(first as usize + pages as usize) {
             self.unprogram(ppa);
         }

@@ -142,7 +142,7 @@ pub enum LineProblem {
 /// Reading a trace failed.
 #[derive(Debug, Error)]
 pub enum TraceError {
-    #[error("{file}: {source}")]
+    #[error("{file}")]
     Io {
         file: String,
         #[source]

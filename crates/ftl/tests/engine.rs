@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, BlockError};
 use ptsd_ftl::{
-    ConfigError, FtlConfig, Op, Payload, Request, RequestError, SchemeConfig, Ssd, SsdDevice,
+    ConfigError, FtlConfig, Op, Payload, Request, SchemeConfig, Ssd, SsdDevice, SsdRequestError,
     StoreKind, Variant,
 };
 use rand::rngs::SmallRng;
@@ -256,27 +256,27 @@ fn bad_requests_change_nothing() {
     };
     assert!(matches!(
         ssd.submit(0, w(n - 1, 2), Payload::Write(vec![0; 8192])),
-        Err(RequestError::OutOfRange { .. })
+        Err(SsdRequestError::OutOfRange { .. })
     ));
     assert!(matches!(
         ssd.submit(0, w(u64::MAX, 1), Payload::Write(vec![0; 4096])),
-        Err(RequestError::OutOfRange { .. })
+        Err(SsdRequestError::OutOfRange { .. })
     ));
     assert!(matches!(
         ssd.submit(0, w(0, 0), Payload::None),
-        Err(RequestError::ZeroLength { .. })
+        Err(SsdRequestError::ZeroLength { .. })
     ));
     assert!(matches!(
         ssd.submit(0, w(0, 1), Payload::Write(vec![0; 100])),
-        Err(RequestError::PayloadSize { .. })
+        Err(SsdRequestError::PayloadSize { .. })
     ));
     assert!(matches!(
         ssd.submit(0, w(0, 1), Payload::None),
-        Err(RequestError::PayloadRequired)
+        Err(SsdRequestError::PayloadRequired)
     ));
     assert!(matches!(
         ssd.submit(0, w(0, 1), Payload::Read(vec![0; 4096])),
-        Err(RequestError::PayloadKind { .. })
+        Err(SsdRequestError::PayloadKind { .. })
     ));
     assert_eq!(ssd.outstanding(), 0);
     assert_eq!(ssd.next_event(), None);

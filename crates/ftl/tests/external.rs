@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use ptsd_ftl::{
-    Completion, Done, FtlConfig, Op, Payload, Request, RequestError, SchedulerKind, SchemeConfig,
-    Ssd, StoreKind, Variant,
+    Completion, Done, FtlConfig, Op, Payload, Request, SchedulerKind, SchemeConfig, Ssd,
+    SsdRequestError, StoreKind, Variant,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -315,14 +315,14 @@ fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
         assert!(by_id[&id].failed);
         assert!(matches!(
             by_id[&id].error.as_deref(),
-            Some(&RequestError::BufferMissing { id: i, .. }) if i == id
+            Some(&SsdRequestError::BufferMissing { id: i, .. }) if i == id
         ));
     }
     for id in [3, 4] {
         assert!(by_id[&id].failed);
         assert!(matches!(
             by_id[&id].error.as_deref(),
-            Some(RequestError::PayloadSize { .. })
+            Some(SsdRequestError::PayloadSize { .. })
         ));
     }
     assert_eq!(lent[&3], vec![0; page - 1], "a refused read wrote nothing");
@@ -349,14 +349,14 @@ fn a_missing_or_wrong_sized_buffer_fails_only_its_request() {
     assert!(out[0].failed);
     assert!(matches!(
         out[0].error.as_deref(),
-        Some(RequestError::BufferMissing { .. })
+        Some(SsdRequestError::BufferMissing { .. })
     ));
     assert_eq!(ssd.fault(), None);
     // Only reads and writes can lend a buffer.
     for op in [Op::Discard, Op::Flush] {
         assert!(matches!(
             ssd.submit(t, req(8, op, 0, 1), Payload::External),
-            Err(RequestError::PayloadKind { .. })
+            Err(SsdRequestError::PayloadKind { .. })
         ));
     }
 }

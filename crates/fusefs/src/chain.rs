@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 use crate::alloc::AllocCtx;
-use crate::error::{Errno, FormatError};
+use crate::error::{Errno, FsFormatError};
 use crate::extent::ExtentMap;
 use crate::format::{
     decode_overflow, encode_overflow, DiskInode, Extent, INLINE_EXTENTS, OVERFLOW_EXTENTS,
@@ -56,7 +56,7 @@ pub enum LoadError<E> {
     /// Reading a chain block failed.
     Read(E),
     /// The stored list is not one [`Chain::save`] writes.
-    Corrupt(FormatError),
+    Corrupt(FsFormatError),
 }
 
 impl Chain {
@@ -181,7 +181,7 @@ pub fn load<E>(
     mut read: impl FnMut(u64) -> Result<Vec<u8>, E>,
 ) -> Result<(ExtentMap, Chain), LoadError<E>> {
     let bad = |why: String| {
-        LoadError::Corrupt(FormatError::Corrupt {
+        LoadError::Corrupt(FsFormatError::Corrupt {
             what: "inode",
             block: d.ino,
             why,

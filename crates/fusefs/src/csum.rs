@@ -7,7 +7,7 @@
 //! a transaction, salted with the block's number (so a block written to the
 //! wrong place does not verify there), in a table at the end of the device.
 //! A read whose block does not match its crc fails with
-//! [`StoreError::Checksum`] (EIO to the caller); `fsck` reads every data
+//! [`FsStoreError::Checksum`] (EIO to the caller); `fsck` reads every data
 //! block and reports (with `--repair`, punches) the ones that fail.
 //!
 //! Crash atomicity comes from the journal underneath: the table blocks a
@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::error::StoreError;
+use crate::error::FsStoreError;
 use crate::format::BLOCK_SIZE;
 use crate::store::{Store, StoreTxn};
 
@@ -84,9 +84,9 @@ pub struct ChecksumStore {
 impl ChecksumStore {
     /// Lay out a table and header at the end of `inner` (all crcs 0) and
     /// open it: the file system then goes on blocks `0..num_blocks()`.
-    pub fn format(inner: Arc<dyn Store>) -> Result<ChecksumStore, StoreError> {
+    pub fn format(inner: Arc<dyn Store>) -> Result<ChecksumStore, FsStoreError> {
         let n = inner.num_blocks();
-        let (covered, table_start) = layout(n).ok_or(StoreError::Checksum {
+        let (covered, table_start) = layout(n).ok_or(FsStoreError::Checksum {
             block: 0,
             what: "device too small for a checksum table",
         })?;
@@ -105,7 +105,7 @@ impl ChecksumStore {
         tx.write(n - 1, &h)?;
         tx.finish()?;
         inner.checkpoint()?;
-        Self::load(inner)?.ok_or(StoreError::Checksum {
+        Self::load(inner)?.ok_or(FsStoreError::Checksum {
             block: n - 1,
             what: "checksum table header not readable after formatting it",
         })
@@ -114,7 +114,7 @@ impl ChecksumStore {
     /// Open the table `inner` holds, or `None` if it has none: no header
     /// in its last block, or a superblock that says the file system spans
     /// the whole device (so the last block is its own, whatever it holds).
-    pub fn open(inner: Arc<dyn Store>) -> Result<Option<ChecksumStore>, StoreError> {
+    pub fn open(inner: Arc<dyn Store>) -> Result<Option<ChecksumStore>, FsStoreError> {
         let n = inner.num_blocks();
         let Some((covered, _)) = layout(n) else {
             return Ok(None);
@@ -127,14 +127,14 @@ impl ChecksumStore {
         }
     }
 
-    fn load(inner: Arc<dyn Store>) -> Result<Option<ChecksumStore>, StoreError> {
+    fn load(inner: Arc<dyn Store>) -> Result<Option<ChecksumStore>, FsStoreError> {
         let n = inner.num_blocks();
         let mut h = vec![0u8; BLOCK_SIZE];
         inner.read(n - 1, &mut h)?;
         if &h[..8] != MAGIC {
             return Ok(None);
         }
-        let bad = |what| StoreError::Checksum { block: n - 1, what };
+        let bad = |what| FsStoreError::Checksum { block: n - 1, what };
         if !sealed(&h) {
             return Err(bad("checksum table header is corrupt"));
         }
@@ -176,12 +176,12 @@ impl ChecksumStore {
     }
 
     /// Each block of `buf` (from block `blk`) against its crc in `table`.
-    fn check(table: &[u32], blk: u64, buf: &[u8]) -> Result<(), StoreError> {
+    fn check(table: &[u32], blk: u64, buf: &[u8]) -> Result<(), FsStoreError> {
         for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
             let b = blk + i as u64;
             let want = table.get(b as usize).copied().unwrap_or(0);
             if b != 0 && want != 0 && want != crc(b, chunk) {
-                return Err(StoreError::Checksum {
+                return Err(FsStoreError::Checksum {
                     block: b,
                     what: "block does not match its checksum (bit rot, or a lost or misdirected write)",
                 });
@@ -209,10 +209,10 @@ struct CTxn<'a> {
 }
 
 impl CTxn<'_> {
-    fn record(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+    fn record(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError> {
         let end = blk.saturating_add((data.len() / BLOCK_SIZE) as u64);
         if end > self.store.covered {
-            return Err(StoreError::Checksum {
+            return Err(FsStoreError::Checksum {
                 block: blk,
                 what: "write past the checksummed blocks",
             });
@@ -228,12 +228,12 @@ impl CTxn<'_> {
 }
 
 impl StoreTxn for CTxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError> {
         self.record(blk, data)?;
         self.inner.write(blk, data)
     }
 
-    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), StoreError> {
+    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), FsStoreError> {
         self.record(blk, data)?;
         self.inner.write_with_crc(blk, data, crc)
     }
@@ -241,12 +241,12 @@ impl StoreTxn for CTxn<'_> {
     /// Ordered data goes home before the transaction finishes; its crcs
     /// are in the transaction like any other (the block is new, so until
     /// the transaction is durable nothing reads it).
-    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), FsStoreError> {
         self.record(blk, &data)?;
         self.inner.write_ordered(blk, data)
     }
 
-    fn finish(self: Box<Self>) -> Result<(), StoreError> {
+    fn finish(self: Box<Self>) -> Result<(), FsStoreError> {
         let CTxn {
             mut inner,
             store,
@@ -279,9 +279,9 @@ impl Store for ChecksumStore {
         self.covered
     }
 
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         if blk >= self.covered {
-            return Err(StoreError::Checksum {
+            return Err(FsStoreError::Checksum {
                 block: blk,
                 what: "read past the checksummed blocks",
             });
@@ -293,10 +293,10 @@ impl Store for ChecksumStore {
         Self::check(&table, blk, buf)
     }
 
-    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         let end = blk.saturating_add((buf.len() / BLOCK_SIZE) as u64);
         if end > self.covered {
-            return Err(StoreError::Checksum {
+            return Err(FsStoreError::Checksum {
                 block: blk,
                 what: "read past the checksummed blocks",
             });
@@ -313,19 +313,19 @@ impl Store for ChecksumStore {
             crcs: Vec::new(),
         })
     }
-    fn sync(&self) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), FsStoreError> {
         self.inner.sync()
     }
 
-    fn checkpoint(&self) -> Result<(), StoreError> {
+    fn checkpoint(&self) -> Result<(), FsStoreError> {
         self.inner.checkpoint()
     }
 
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
         self.inner.write_super(block)
     }
 
-    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+    fn discard(&self, blk: u64, count: u64) -> Result<(), FsStoreError> {
         self.inner.discard(blk, count)
     }
 
@@ -333,7 +333,7 @@ impl Store for ChecksumStore {
         self.inner.holds(blk)
     }
 
-    fn close(&self) -> Result<(), StoreError> {
+    fn close(&self) -> Result<(), FsStoreError> {
         self.inner.close()
     }
 
@@ -341,7 +341,7 @@ impl Store for ChecksumStore {
         format!("{}; block checksums", self.inner.describe())
     }
 
-    fn verify(&self, blk: u64) -> Result<(), StoreError> {
+    fn verify(&self, blk: u64) -> Result<(), FsStoreError> {
         let mut b = vec![0u8; BLOCK_SIZE];
         self.read(blk, &mut b)
     }
@@ -398,7 +398,7 @@ mod tests {
         for blk in [5, 6] {
             assert!(matches!(
                 cs.read(blk, &mut b),
-                Err(StoreError::Checksum { block, .. }) if block == blk
+                Err(FsStoreError::Checksum { block, .. }) if block == blk
             ));
         }
         // Never written: not checked.

@@ -2,7 +2,7 @@ use thiserror::Error;
 
 /// What is wrong with an image.
 #[derive(Debug, Error)]
-pub enum FormatError {
+pub enum FsFormatError {
     /// Block 0 does not carry the ptsd-fs magic.
     #[error("not a ptsd-fs image (no ptsd-fs superblock magic in block 0)")]
     NotPtsd,
@@ -30,12 +30,12 @@ pub enum FormatError {
 
 /// Errors of the block store under the file system (device or journal).
 #[derive(Debug, Error)]
-pub enum StoreError {
+pub enum FsStoreError {
     /// The block device failed.
-    #[error("block device: {0}")]
+    #[error("block device")]
     Device(#[from] ptsd_blockdev::BlockError),
     /// The journal failed.
-    #[error("journal: {0}")]
+    #[error("journal")]
     Journal(#[from] ptsd_nvjournal::JournalError),
     /// A block failed its checksum, or the checksum table is unusable.
     #[error("block {block}: {what}")]
@@ -52,10 +52,10 @@ pub enum StoreError {
 pub enum FsError {
     /// The image is not a valid ptsd-fs image.
     #[error(transparent)]
-    Format(#[from] FormatError),
+    Format(#[from] FsFormatError),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] FsStoreError),
     /// The device cannot hold a file system with these parameters.
     #[error("invalid parameters: {0}")]
     Invalid(String),
@@ -72,23 +72,23 @@ pub enum Damage {
     #[error("the {what} (inode {ino}) is not marked in use")]
     NotInUse { what: &'static str, ino: u64 },
     /// The root or orphan directory cannot be loaded at mount.
-    #[error("cannot load the {what}: {source}")]
+    #[error("cannot load the {what}")]
     Unloadable {
         what: &'static str,
         #[source]
-        source: FormatError,
+        source: FsFormatError,
     },
     /// The root or orphan directory is unreadable to fsck.
     #[error("the {what} directory (inode {ino}) is unreadable; cannot repair")]
     Unrepairable { what: &'static str, ino: u64 },
     /// Freeing the inodes a crash left in the orphan directory failed.
-    #[error("freeing orphan inodes: {0}")]
+    #[error("freeing orphan inodes")]
     FreeingOrphans(#[source] Errno),
 }
 
 impl From<ptsd_blockdev::BlockError> for FsError {
     fn from(e: ptsd_blockdev::BlockError) -> Self {
-        FsError::Store(StoreError::Device(e))
+        FsError::Store(FsStoreError::Device(e))
     }
 }
 
@@ -126,14 +126,14 @@ impl std::fmt::Display for Errno {
 
 impl std::error::Error for Errno {}
 
-impl From<FormatError> for Errno {
-    fn from(e: FormatError) -> Self {
+impl From<FsFormatError> for Errno {
+    fn from(e: FsFormatError) -> Self {
         tracing::error!("metadata error: {e}");
         Errno::EIO
     }
 }
 
-impl StoreError {
+impl FsStoreError {
     /// The errno a user sees for this failure: ENOSPC when the device ran
     /// out of space (an `io::Error` of kind `StorageFull` anywhere in the
     /// cause chain: an emulated SSD whose flash is full, or a file device on
@@ -153,9 +153,9 @@ impl StoreError {
     }
 }
 
-impl From<StoreError> for Errno {
-    fn from(e: StoreError) -> Self {
-        tracing::error!("store error: {e}");
+impl From<FsStoreError> for Errno {
+    fn from(e: FsStoreError) -> Self {
+        tracing::error!("store error: {}", ptsd_blockdev::ErrorChain(&e));
         e.errno()
     }
 }

@@ -28,7 +28,7 @@ use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 use crate::alloc::{AllocCtx, Allocator};
 use crate::chain::Chain;
 use crate::dir::DirIndex;
-use crate::error::{Damage, Errno, FormatError, FsError};
+use crate::error::{Damage, Errno, FsError, FsFormatError};
 use crate::extent::ExtentMap;
 use crate::format::*;
 use crate::store::Store;
@@ -324,7 +324,7 @@ impl FileSystem {
             };
             let mut inode = fs.load_raw(ino).map_err(why)?;
             if !inode.is_dir() {
-                return Err(FormatError::Corrupt {
+                return Err(FsFormatError::Corrupt {
                     what: "inode",
                     block: ino,
                     why: format!("the {what} is not a directory"),
@@ -439,7 +439,10 @@ impl FileSystem {
                 // Like ext4's errors=remount-ro: this operation fails with
                 // the cause's errno (ENOSPC if the device is full, else
                 // EIO), every later change with EROFS until a remount.
-                tracing::error!("transaction failed, file system is now read-only: {e}");
+                tracing::error!(
+                    "transaction failed, file system is now read-only: {}",
+                    ptsd_blockdev::ErrorChain(&e)
+                );
                 self.failed.store(true, Ordering::SeqCst);
                 Err(e.errno())
             }
@@ -470,7 +473,7 @@ impl FileSystem {
 impl Drop for FileSystem {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
-            tracing::error!("closing the file system: {e}");
+            tracing::error!("closing the file system: {}", ptsd_blockdev::ErrorChain(&e));
         }
     }
 }

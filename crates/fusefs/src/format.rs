@@ -18,7 +18,7 @@
 
 use ptsd_blockdev::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 
-use crate::error::FormatError;
+use crate::error::FsFormatError;
 pub use crate::xattr_chain::{decode_xattr_chain_block, encode_xattr_chain_block};
 
 /// Bytes per file-system block. The device's block size must match.
@@ -107,19 +107,25 @@ fn seal_head(b: &mut [u8], end: usize) -> u32 {
     crate::sealcrc::whole_block_crc(seal, 4)
 }
 
-fn check(b: &[u8], at: usize, magic: u32, what: &'static str, blk: u64) -> Result<(), FormatError> {
+fn check(
+    b: &[u8],
+    at: usize,
+    magic: u32,
+    what: &'static str,
+    blk: u64,
+) -> Result<(), FsFormatError> {
     if b.len() != BLOCK_SIZE {
-        return Err(FormatError::Corrupt {
+        return Err(FsFormatError::Corrupt {
             what,
             block: blk,
             why: "wrong block length".into(),
         });
     }
     if get_u32(b, 0) != magic {
-        return Err(FormatError::BadMagic { what, block: blk });
+        return Err(FsFormatError::BadMagic { what, block: blk });
     }
     if get_u32(b, at) != block_crc(b, at) {
-        return Err(FormatError::Corrupt {
+        return Err(FsFormatError::Corrupt {
             what,
             block: blk,
             why: "checksum mismatch".into(),
@@ -191,14 +197,14 @@ impl Superblock {
     }
 
     /// Decode and validate block 0 of a device of `device_blocks` blocks.
-    pub fn decode(b: &[u8], device_blocks: u64) -> Result<Self, FormatError> {
+    pub fn decode(b: &[u8], device_blocks: u64) -> Result<Self, FsFormatError> {
         if b.len() < BLOCK_SIZE || b[0..8] != SB_MAGIC {
-            return Err(FormatError::NotPtsd);
+            return Err(FsFormatError::NotPtsd);
         }
         let whole_ok = get_u32(b, BLOCK_SIZE - 4) == block_crc(&b[..BLOCK_SIZE], BLOCK_SIZE - 4);
         let sector_ok = get_u32(b, SB_SECTOR - 4) == block_crc(&b[..SB_SECTOR], SB_SECTOR - 4);
         if !whole_ok && !sector_ok {
-            return Err(FormatError::Corrupt {
+            return Err(FsFormatError::Corrupt {
                 what: "superblock",
                 block: 0,
                 why: "checksum mismatch".into(),
@@ -221,16 +227,16 @@ impl Superblock {
             mkfs_time: get_u64(b, 104),
             gen_seed: get_u64(b, 112),
         };
-        let bad = |why: String| FormatError::Corrupt {
+        let bad = |why: String| FsFormatError::Corrupt {
             what: "superblock",
             block: 0,
             why,
         };
         if sb.version != VERSION {
-            return Err(FormatError::Version(sb.version));
+            return Err(FsFormatError::Version(sb.version));
         }
         if sb.features_incompat & !FEATURES_INCOMPAT_KNOWN != 0 {
-            return Err(FormatError::Features(
+            return Err(FsFormatError::Features(
                 sb.features_incompat & !FEATURES_INCOMPAT_KNOWN,
             ));
         }
@@ -241,7 +247,7 @@ impl Superblock {
             )));
         }
         if sb.num_blocks > device_blocks {
-            return Err(FormatError::DeviceTooSmall {
+            return Err(FsFormatError::DeviceTooSmall {
                 fs_blocks: sb.num_blocks,
                 device_blocks,
             });
@@ -271,9 +277,9 @@ pub fn seal_bitmap(b: &mut [u8]) -> u32 {
 }
 
 /// Verify a bitmap block's crc.
-pub fn check_bitmap(b: &[u8], blk: u64) -> Result<(), FormatError> {
+pub fn check_bitmap(b: &[u8], blk: u64) -> Result<(), FsFormatError> {
     if b.len() != BLOCK_SIZE || get_u32(b, BLOCK_SIZE - 4) != block_crc(b, BLOCK_SIZE - 4) {
-        return Err(FormatError::Corrupt {
+        return Err(FsFormatError::Corrupt {
             what: "bitmap",
             block: blk,
             why: "checksum mismatch".into(),
@@ -442,9 +448,9 @@ impl DiskInode {
     }
 
     /// Decode and validate the inode block `ino`.
-    pub fn decode(b: &[u8], ino: u64) -> Result<Self, FormatError> {
+    pub fn decode(b: &[u8], ino: u64) -> Result<Self, FsFormatError> {
         check(b, 4, INODE_MAGIC, "inode", ino)?;
-        let bad = |why: String| FormatError::Corrupt {
+        let bad = |why: String| FsFormatError::Corrupt {
             what: "inode",
             block: ino,
             why,
@@ -516,9 +522,13 @@ pub fn encode_overflow(owner: u64, next: u64, extents: &[Extent]) -> Vec<u8> {
 }
 
 /// Decode an extent overflow block: (next block, extents).
-pub fn decode_overflow(b: &[u8], blk: u64, owner: u64) -> Result<(u64, Vec<Extent>), FormatError> {
+pub fn decode_overflow(
+    b: &[u8],
+    blk: u64,
+    owner: u64,
+) -> Result<(u64, Vec<Extent>), FsFormatError> {
     check(b, 4, OVERFLOW_MAGIC, "extent block", blk)?;
-    let bad = |why: String| FormatError::Corrupt {
+    let bad = |why: String| FsFormatError::Corrupt {
         what: "extent block",
         block: blk,
         why,
@@ -602,9 +612,9 @@ pub fn seal_dir_block(b: &mut [u8], owner: u64, count: u16, used: usize) -> u32 
 }
 
 /// Decode a directory block.
-pub fn decode_dir_block(b: &[u8], blk: u64, owner: u64) -> Result<Vec<RawDirent>, FormatError> {
+pub fn decode_dir_block(b: &[u8], blk: u64, owner: u64) -> Result<Vec<RawDirent>, FsFormatError> {
     check(b, 4, DIR_MAGIC, "directory block", blk)?;
-    let bad = |why: String| FormatError::Corrupt {
+    let bad = |why: String| FsFormatError::Corrupt {
         what: "directory block",
         block: blk,
         why,
@@ -675,9 +685,9 @@ pub fn xattr_size(name_len: usize, value_len: usize) -> usize {
 }
 
 /// Decode an xattr block.
-pub fn decode_xattrs(b: &[u8], blk: u64, owner: u64) -> Result<Vec<Xattr>, FormatError> {
+pub fn decode_xattrs(b: &[u8], blk: u64, owner: u64) -> Result<Vec<Xattr>, FsFormatError> {
     check(b, 4, XATTR_MAGIC, "xattr block", blk)?;
-    let bad = |why: String| FormatError::Corrupt {
+    let bad = |why: String| FsFormatError::Corrupt {
         what: "xattr block",
         block: blk,
         why,
@@ -748,13 +758,13 @@ mod tests {
         b[200] ^= 1;
         assert!(matches!(
             DiskInode::decode(&b, 77),
-            Err(FormatError::Corrupt { .. })
+            Err(FsFormatError::Corrupt { .. })
         ));
         // Not an inode at all (a data block, or never written): a typed
         // bad magic, which the file system takes for a stale inode number.
         assert!(matches!(
             DiskInode::decode(&[0u8; BLOCK_SIZE], 77),
-            Err(FormatError::BadMagic { block: 77, .. })
+            Err(FsFormatError::BadMagic { block: 77, .. })
         ));
     }
 
@@ -779,7 +789,7 @@ mod tests {
     fn superblock_rejects_garbage() {
         assert!(matches!(
             Superblock::decode(&[0u8; BLOCK_SIZE], 100),
-            Err(FormatError::NotPtsd)
+            Err(FsFormatError::NotPtsd)
         ));
     }
 

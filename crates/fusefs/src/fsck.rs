@@ -14,7 +14,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use crate::alloc::{bit_in, set_bit_in};
-use crate::error::{Damage, FormatError, FsError};
+use crate::error::{Damage, FsError, FsFormatError};
 use crate::format::*;
 use crate::store::Store;
 use crate::writes::Writes;
@@ -56,7 +56,7 @@ pub enum Finding {
     /// An inode block, its extent chain or its xattr block that does not
     /// decode.
     #[error("inode {ino}: {error}")]
-    BadInode { ino: u64, error: FormatError },
+    BadInode { ino: u64, error: FsFormatError },
     #[error("directory {dir}: hole at block {lblk}")]
     DirHole { dir: u64, lblk: u64 },
     #[error("directory {dir}: size {size} past its last block (should be {want})")]
@@ -66,7 +66,7 @@ pub enum Finding {
     #[error("inode {ino}: data block {block} (file block {lblk}) does not match its checksum")]
     DataChecksum { ino: u64, block: u64, lblk: u64 },
     #[error("directory {dir}: {error}")]
-    BadDirBlock { dir: u64, error: FormatError },
+    BadDirBlock { dir: u64, error: FsFormatError },
     #[error("directory {dir}: entry {name:?} is a second link to directory {target}")]
     DirHardLink { dir: u64, name: String, target: u64 },
     #[error("directory {dir}: entry {name:?} names unreadable inode {ino}")]
@@ -92,7 +92,7 @@ pub enum Finding {
     #[error("orphan inode {ino} (nlink {nlink}) left by a crash with the file open")]
     Orphan { ino: u64, nlink: u32 },
     #[error("{0}")]
-    BadBitmap(FormatError),
+    BadBitmap(FsFormatError),
     #[error("bitmap: {count} blocks marked used but owned by nothing (first: {first:?})")]
     BitmapLeaked { count: u64, first: Vec<u64> },
     #[error("bitmap: {count} blocks in use but marked free (first: {first:?})")]
@@ -528,7 +528,7 @@ fn data_extents(w: &mut Walker<'_>, ino: u64, ext: &[Extent]) -> Result<(), FsEr
         for k in 0..len {
             match w.store.verify(x.pblk + k) {
                 Ok(()) => {}
-                Err(crate::error::StoreError::Checksum { block, .. }) => {
+                Err(crate::error::FsStoreError::Checksum { block, .. }) => {
                     w.problems.push(Finding::DataChecksum {
                         ino,
                         block,

@@ -47,7 +47,7 @@ pub(crate) mod writes;
 pub mod xattr_chain;
 
 pub use csum::ChecksumStore;
-pub use error::{Damage, Errno, FormatError, FsError, StoreError};
+pub use error::{Damage, Errno, FsError, FsFormatError, FsStoreError};
 pub use filesystem::{
     mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
     AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE,

@@ -113,7 +113,7 @@ pub const OPS: usize = 38;
 #[derive(Debug, thiserror::Error)]
 pub enum OpCountError {
     /// Creating, sizing, mapping or reading the file failed.
-    #[error("op counts file {path}: {source}")]
+    #[error("op counts file {path}")]
     Io {
         /// The file.
         path: PathBuf,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ptsd_blockdev::BlockDevice;
 
-use crate::error::StoreError;
+use crate::error::FsStoreError;
 use crate::format::BLOCK_SIZE;
 
 /// A block store with all-or-nothing multi-block transactions.
@@ -20,12 +20,12 @@ pub trait Store: Send + Sync {
     /// Blocks in the store.
     fn num_blocks(&self) -> u64;
     /// Read the newest finished version of one block.
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError>;
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError>;
     /// Read the consecutive blocks `[blk, blk + buf.len() / BLOCK_SIZE)`.
     /// The caller holds off writers of these blocks meanwhile (the file's
     /// lock), so a store may read them in one device request. The default
     /// reads block by block.
-    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         for (i, b) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
             self.read(blk + i as u64, b)?;
         }
@@ -34,20 +34,20 @@ pub trait Store: Send + Sync {
     /// Start a transaction. Dropping it unfinished aborts it.
     fn begin(&self) -> Box<dyn StoreTxn + '_>;
     /// Make every finished transaction durable.
-    fn sync(&self) -> Result<(), StoreError>;
+    fn sync(&self) -> Result<(), FsStoreError>;
     /// Write every finished transaction to its home location and flush the
     /// device, so the device alone holds the whole file system.
-    fn checkpoint(&self) -> Result<(), StoreError>;
+    fn checkpoint(&self) -> Result<(), FsStoreError>;
     /// Write block 0 (the superblock) straight to the device and flush. The
     /// superblock is never journaled.
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError>;
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError>;
     /// Tell the device that `[blk, blk + count)` hold nothing (TRIM), so an
     /// SSD need not keep copying them. Only for free blocks whose freeing
     /// is durable ([`sync`](Self::sync) returned after it) and that nobody
     /// can allocate until this returns. A version the journal still holds
     /// may be checkpointed over them later, which is harmless. The default
     /// does nothing (a hint a store may ignore).
-    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+    fn discard(&self, blk: u64, count: u64) -> Result<(), FsStoreError> {
         let _ = (blk, count);
         Ok(())
     }
@@ -59,12 +59,12 @@ pub trait Store: Send + Sync {
         false
     }
     /// Checkpoint and release the store (clean unmount).
-    fn close(&self) -> Result<(), StoreError>;
+    fn close(&self) -> Result<(), FsStoreError>;
     /// One line saying what this store is and how durable it is.
     fn describe(&self) -> String;
     /// Read block `blk` and check it against the checksum the store keeps
     /// for it (fsck's scrub of file data); stores that keep none: `Ok`.
-    fn verify(&self, blk: u64) -> Result<(), StoreError> {
+    fn verify(&self, blk: u64) -> Result<(), FsStoreError> {
         let _ = blk;
         Ok(())
     }
@@ -77,12 +77,12 @@ pub trait Store: Send + Sync {
 /// One open transaction.
 pub trait StoreTxn {
     /// Add a full block to the transaction.
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError>;
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError>;
     /// [`write`](Self::write) a block whose crc32c the caller knows
     /// already (`crc == crc32c::crc32c(data)`; a sealed metadata block
     /// derives it from its seal), so a journaling store need not compute it
     /// again. The default ignores it.
-    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), StoreError> {
+    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), FsStoreError> {
         let _ = crc;
         self.write(blk, data)
     }
@@ -97,14 +97,14 @@ pub trait StoreTxn {
     /// each block like [`write`](Self::write), which is always correct (a
     /// wrapping store that does not forward this keeps full data
     /// journaling).
-    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), FsStoreError> {
         for (i, block) in data.chunks(BLOCK_SIZE).enumerate() {
             self.write(blk + i as u64, block)?;
         }
         Ok(())
     }
     /// Make the transaction visible (and part of the next sync) as a whole.
-    fn finish(self: Box<Self>) -> Result<(), StoreError>;
+    fn finish(self: Box<Self>) -> Result<(), FsStoreError>;
 }
 
 /// Writes straight to the device: each transaction's blocks are written at
@@ -115,9 +115,9 @@ pub struct DirectStore {
 
 impl DirectStore {
     /// A store over `dev`, whose block size must be [`BLOCK_SIZE`].
-    pub fn new(dev: Arc<dyn BlockDevice>) -> Result<Self, StoreError> {
+    pub fn new(dev: Arc<dyn BlockDevice>) -> Result<Self, FsStoreError> {
         if dev.block_size() as usize != BLOCK_SIZE {
-            return Err(StoreError::Device(
+            return Err(FsStoreError::Device(
                 ptsd_blockdev::BlockError::InvalidConfig(format!(
                     "device block size {} is not {BLOCK_SIZE}",
                     dev.block_size()
@@ -134,12 +134,12 @@ struct DirectTxn<'a> {
 }
 
 impl StoreTxn for DirectTxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError> {
         ptsd_blockdev::check_request(self.dev, blk, data.len())?;
         self.writes.push((blk, data.to_vec()));
         Ok(())
     }
-    fn finish(self: Box<Self>) -> Result<(), StoreError> {
+    fn finish(self: Box<Self>) -> Result<(), FsStoreError> {
         for (blk, data) in &self.writes {
             self.dev.write(*blk, data)?;
         }
@@ -151,7 +151,7 @@ impl Store for DirectStore {
     fn num_blocks(&self) -> u64 {
         self.dev.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         Ok(self.dev.read(blk, buf)?)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
@@ -160,20 +160,20 @@ impl Store for DirectStore {
             writes: Vec::new(),
         })
     }
-    fn sync(&self) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), FsStoreError> {
         Ok(self.dev.flush()?)
     }
-    fn checkpoint(&self) -> Result<(), StoreError> {
+    fn checkpoint(&self) -> Result<(), FsStoreError> {
         self.sync()
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
         self.dev.write(0, block)?;
         Ok(self.dev.flush()?)
     }
-    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+    fn discard(&self, blk: u64, count: u64) -> Result<(), FsStoreError> {
         Ok(self.dev.discard(blk, count)?)
     }
-    fn close(&self) -> Result<(), StoreError> {
+    fn close(&self) -> Result<(), FsStoreError> {
         self.sync()
     }
     fn describe(&self) -> String {
@@ -216,13 +216,13 @@ struct JournalTxn<'j> {
 }
 
 impl StoreTxn for JournalTxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError> {
         Ok(self.tx.write(blk, data)?)
     }
-    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), StoreError> {
+    fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), FsStoreError> {
         Ok(self.tx.write_with_crc(blk, data, crc)?)
     }
-    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), FsStoreError> {
         ptsd_blockdev::check_request(self.dev, blk, data.len())?;
         // A version still in the journal would be checkpointed (or
         // replayed after a crash) over the device write: journal such a
@@ -244,7 +244,7 @@ impl StoreTxn for JournalTxn<'_> {
         }
         Ok(())
     }
-    fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
+    fn finish(mut self: Box<Self>) -> Result<(), FsStoreError> {
         if !self.ordered.is_empty() {
             // Data first, then the metadata that points at it. The journal
             // flushes the device before any commit record that can cover
@@ -276,10 +276,10 @@ impl Store for JournalStore {
     fn num_blocks(&self) -> u64 {
         self.dev.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         Ok(self.journal.read(blk, buf)?)
     }
-    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         // Blocks the journal holds come from it; the others, found not
         // held first and read from the device after, in runs: with no
         // writer, a block once checkpointed out of the journal is home.
@@ -309,23 +309,23 @@ impl Store for JournalStore {
             ordered: Vec::new(),
         })
     }
-    fn sync(&self) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), FsStoreError> {
         Ok(self.journal.commit()?)
     }
-    fn checkpoint(&self) -> Result<(), StoreError> {
+    fn checkpoint(&self) -> Result<(), FsStoreError> {
         Ok(self.journal.checkpoint()?)
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
         self.dev.write(0, block)?;
         Ok(self.dev.flush()?)
     }
-    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+    fn discard(&self, blk: u64, count: u64) -> Result<(), FsStoreError> {
         Ok(self.dev.discard(blk, count)?)
     }
     fn holds(&self, blk: u64) -> bool {
         self.journal.holds(blk)
     }
-    fn close(&self) -> Result<(), StoreError> {
+    fn close(&self) -> Result<(), FsStoreError> {
         Ok(self.journal.close()?)
     }
     fn describe(&self) -> String {

@@ -26,7 +26,7 @@ use std::ops::Range;
 use ptsd_blockdev::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 
 use crate::chain::LoadError;
-use crate::error::FormatError;
+use crate::error::FsFormatError;
 use crate::format::{decode_xattrs, encode_xattrs, xattr_size, Xattr, BLOCK_SIZE, XATTR_SPACE};
 
 /// Most blocks one inode's xattrs may take.
@@ -81,8 +81,8 @@ pub fn decode_xattr_chain_block(
     b: &[u8],
     blk: u64,
     owner: u64,
-) -> Result<(u64, Vec<Xattr>), FormatError> {
-    let bad = |why: String| FormatError::Corrupt {
+) -> Result<(u64, Vec<Xattr>), FsFormatError> {
+    let bad = |why: String| FsFormatError::Corrupt {
         what: "xattr chain block",
         block: blk,
         why,
@@ -91,7 +91,7 @@ pub fn decode_xattr_chain_block(
         return Err(bad("wrong block length".into()));
     }
     if get_u32(b, 0) != CHAIN_MAGIC {
-        return Err(FormatError::BadMagic {
+        return Err(FsFormatError::BadMagic {
             what: "xattr chain block",
             block: blk,
         });
@@ -220,7 +220,7 @@ pub(crate) fn load<E>(
     mut read: impl FnMut(u64) -> Result<Vec<u8>, E>,
 ) -> Result<(Vec<Xattr>, Vec<u64>), LoadError<E>> {
     let bad = |why: String| {
-        LoadError::Corrupt(FormatError::Corrupt {
+        LoadError::Corrupt(FsFormatError::Corrupt {
             what: "inode",
             block: owner,
             why,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice, MemDevice};
 use ptsd_fs::{
-    mkfs, Caller, DirectStore, FileSystem, JournalStore, MkfsOptions, SetAttr, Store, StoreError,
+    mkfs, Caller, DirectStore, FileSystem, FsStoreError, JournalStore, MkfsOptions, SetAttr, Store,
     StoreTxn,
 };
 use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig};
@@ -23,23 +23,23 @@ impl Store for CountingStore {
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.read(blk, buf)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
         self.inner.begin()
     }
-    fn sync(&self) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), FsStoreError> {
         self.inner.sync()
     }
-    fn checkpoint(&self) -> Result<(), StoreError> {
+    fn checkpoint(&self) -> Result<(), FsStoreError> {
         self.inner.checkpoint()
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
         self.inner.write_super(block)
     }
-    fn close(&self) -> Result<(), StoreError> {
+    fn close(&self) -> Result<(), FsStoreError> {
         self.inner.close()
     }
     fn describe(&self) -> String {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice, Fault};
 use ptsd_fs::{
-    mkfs, Caller, Damage, DirectStore, Errno, FileSystem, FormatError, FsError, JournalStore,
+    mkfs, Caller, Damage, DirectStore, Errno, FileSystem, FsError, FsFormatError, JournalStore,
     MkfsOptions, Store,
 };
 use ptsd_ftl::{FtlConfig, FtlError, Ssd, SsdDevice, StoreKind, Variant};
@@ -59,7 +59,7 @@ fn ftl_out_of_space_is_enospc_then_erofs() {
     assert_eq!(fs.write(f.ino, 0, b"x").unwrap_err(), Errno::EROFS);
     // A read that reaches the stopped device is an I/O error, not ENOSPC.
     let mut b = vec![0u8; 4096];
-    let e = ptsd_fs::StoreError::from(dev_read(&ssd, &mut b));
+    let e = ptsd_fs::FsStoreError::from(dev_read(&ssd, &mut b));
     assert_eq!(e.errno(), Errno::EIO);
 }
 
@@ -155,7 +155,7 @@ fn damage_at_mount_is_typed() {
             &e,
             FsError::NeedsRepair(Damage::Unloadable {
                 what: "root directory",
-                source: FormatError::Corrupt { .. },
+                source: FsFormatError::Corrupt { .. },
             })
         ),
         "{e:?}"

@@ -352,7 +352,8 @@ fn corrupt_images_are_refused_with_a_reason() {
     let err = FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap()))
         .err()
         .unwrap();
-    let msg = err.to_string();
+    // The damage and its cause (the source), each once.
+    let msg = ptsd_blockdev::ErrorChain(&err).to_string();
     assert!(
         msg.contains("root directory") && msg.contains("checksum mismatch"),
         "{msg}"

@@ -30,11 +30,11 @@ struct CountingTxn<'a> {
 }
 
 impl StoreTxn for CountingTxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), ptsd_fs::StoreError> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), ptsd_fs::FsStoreError> {
         self.blocks += 1;
         self.inner.write(blk, data)
     }
-    fn finish(self: Box<Self>) -> Result<(), ptsd_fs::StoreError> {
+    fn finish(self: Box<Self>) -> Result<(), ptsd_fs::FsStoreError> {
         self.out.store(self.blocks, Ordering::SeqCst);
         self.inner.finish()
     }
@@ -44,7 +44,7 @@ impl Store for Counting {
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), ptsd_fs::StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.read(blk, buf)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
@@ -54,16 +54,16 @@ impl Store for Counting {
             out: self.last_txn_blocks.clone(),
         })
     }
-    fn sync(&self) -> Result<(), ptsd_fs::StoreError> {
+    fn sync(&self) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.sync()
     }
-    fn checkpoint(&self) -> Result<(), ptsd_fs::StoreError> {
+    fn checkpoint(&self) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.checkpoint()
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), ptsd_fs::StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.write_super(block)
     }
-    fn close(&self) -> Result<(), ptsd_fs::StoreError> {
+    fn close(&self) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.close()
     }
     fn describe(&self) -> String {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_fs::format::INLINE_EXTENTS;
 use ptsd_fs::{
-    fsck, mkfs, Caller, DirectStore, Errno, FileSystem, MkfsOptions, Store, StoreError, StoreTxn,
+    fsck, mkfs, Caller, DirectStore, Errno, FileSystem, MkfsOptions, Store, FsStoreError, StoreTxn,
 };
 
 const ME: Caller = Caller { uid: 0, gid: 0 };
@@ -25,9 +25,9 @@ impl Store for Flaky {
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         if self.fail_reads.load(Ordering::SeqCst) {
-            return Err(StoreError::Checksum {
+            return Err(FsStoreError::Checksum {
                 block: blk,
                 what: "injected read failure",
             });
@@ -37,16 +37,16 @@ impl Store for Flaky {
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
         self.inner.begin()
     }
-    fn sync(&self) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), FsStoreError> {
         self.inner.sync()
     }
-    fn checkpoint(&self) -> Result<(), StoreError> {
+    fn checkpoint(&self) -> Result<(), FsStoreError> {
         self.inner.checkpoint()
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
         self.inner.write_super(block)
     }
-    fn close(&self) -> Result<(), StoreError> {
+    fn close(&self) -> Result<(), FsStoreError> {
         self.inner.close()
     }
     fn describe(&self) -> String {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use ptsd_blockdev::{BlockDevice, MemDevice};
-use ptsd_fs::{mkfs, Caller, FileSystem, JournalStore, MkfsOptions, Store, StoreError, StoreTxn};
+use ptsd_fs::{mkfs, Caller, FileSystem, FsStoreError, JournalStore, MkfsOptions, Store, StoreTxn};
 use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig};
 
 const ME: Caller = Caller { uid: 0, gid: 0 };
@@ -30,13 +30,13 @@ struct RecTxn<'a> {
 }
 
 impl StoreTxn for RecTxn<'_> {
-    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), StoreError> {
+    fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError> {
         self.inner.write(blk, data)
     }
-    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), StoreError> {
+    fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), FsStoreError> {
         self.inner.write_ordered(blk, data)
     }
-    fn finish(self: Box<Self>) -> Result<(), StoreError> {
+    fn finish(self: Box<Self>) -> Result<(), FsStoreError> {
         self.inner.finish()?;
         self.log.lock().push(Event::Finished);
         Ok(())
@@ -47,7 +47,7 @@ impl Store for Recording {
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
         self.inner.read(blk, buf)
     }
     fn begin(&self) -> Box<dyn StoreTxn + '_> {
@@ -56,22 +56,22 @@ impl Store for Recording {
             log: &self.log,
         })
     }
-    fn sync(&self) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), FsStoreError> {
         self.inner.sync()?;
         self.log.lock().push(Event::Synced);
         Ok(())
     }
-    fn checkpoint(&self) -> Result<(), StoreError> {
+    fn checkpoint(&self) -> Result<(), FsStoreError> {
         self.inner.checkpoint()
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
         self.inner.write_super(block)
     }
-    fn discard(&self, blk: u64, count: u64) -> Result<(), StoreError> {
+    fn discard(&self, blk: u64, count: u64) -> Result<(), FsStoreError> {
         self.log.lock().push(Event::Discard(blk, count));
         self.inner.discard(blk, count)
     }
-    fn close(&self) -> Result<(), StoreError> {
+    fn close(&self) -> Result<(), FsStoreError> {
         self.inner.close()
     }
     fn describe(&self) -> String {

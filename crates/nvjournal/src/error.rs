@@ -7,7 +7,7 @@ use crate::region::RegionError;
 
 /// A superblock or commit area that cannot be used.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum FormatError {
+pub enum JournalFormatError {
     /// Not a ptsd journal (or wiped).
     #[error("no ptsd journal superblock (bad magic)")]
     BadMagic,
@@ -45,11 +45,11 @@ pub enum JournalError {
     #[error(transparent)]
     Region(#[from] RegionError),
     /// The home block device failed.
-    #[error("block device: {0}")]
+    #[error("block device")]
     Device(#[from] BlockError),
     /// The region does not hold a usable journal.
-    #[error("journal format: {0}")]
-    Format(#[from] FormatError),
+    #[error("journal format")]
+    Format(#[from] JournalFormatError),
     /// The journal belongs to a device of another shape.
     #[error("journal was made for a device of {expected_blocks} blocks of {expected_block_size} bytes, not {blocks} of {block_size}")]
     ForeignDevice {
@@ -94,10 +94,10 @@ pub enum JournalError {
     Closed,
     /// An earlier failure stopped the journal; every later operation gets
     /// the same cause.
-    #[error("journal stopped after an earlier failure: {0}")]
+    #[error("journal stopped after an earlier failure")]
     Failed(#[source] Arc<Failure>),
     /// The OS refused to start one of the journal's threads.
-    #[error("cannot start journal thread {name}: {source}")]
+    #[error("cannot start journal thread {name}")]
     Spawn {
         /// The thread's name.
         name: String,

@@ -14,7 +14,7 @@ use crossbeam::utils::Backoff;
 use parking_lot::Mutex;
 use ptsd_blockdev::BlockDevice;
 
-use crate::error::{Failure, FormatError, JournalError};
+use crate::error::{Failure, JournalError, JournalFormatError};
 use crate::layout::{Geometry, Record, RecordKind, SB_SIZE, SLOT_HEADER};
 use crate::protocol::CachePadded;
 use crate::region::{Persist, RegionMode};
@@ -308,7 +308,7 @@ impl Journal {
     ) -> Result<(Arc<Self>, RecoveryReport)> {
         let region = crate::flushcheck::wrap_from_env(Box::new(region));
         if region.len() < SB_SIZE {
-            return Err(FormatError::Truncated.into());
+            return Err(JournalFormatError::Truncated.into());
         }
         let mut sb = vec![0u8; SB_SIZE];
         region.read(0, &mut sb);

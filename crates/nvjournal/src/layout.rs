@@ -13,7 +13,7 @@
 use ptsd_blockdev::le::{get_u32, get_u64, put_u32, put_u64};
 use ptsd_blockdev::CrcShift;
 
-use crate::error::FormatError;
+use crate::error::JournalFormatError;
 
 pub(crate) const SB_MAGIC: [u8; 8] = *b"PTSDNVJL";
 /// Version 3 journals on a disk file write commit records with a digest
@@ -92,19 +92,19 @@ impl Geometry {
         record_count: u32,
         device_blocks: u64,
         device_block_size: u32,
-    ) -> Result<Self, FormatError> {
+    ) -> Result<Self, JournalFormatError> {
         if partitions == 0 || partitions > MAX_PARTITIONS {
-            return Err(FormatError::Geometry(format!(
+            return Err(JournalFormatError::Geometry(format!(
                 "partition count {partitions} not in 1..={MAX_PARTITIONS}"
             )));
         }
         if !(512..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
-            return Err(FormatError::Geometry(format!(
+            return Err(JournalFormatError::Geometry(format!(
                 "block size {block_size} is not a power of two in 512..=1MiB"
             )));
         }
         if record_count < 2 {
-            return Err(FormatError::Geometry(
+            return Err(JournalFormatError::Geometry(
                 "need at least 2 commit records".into(),
             ));
         }
@@ -116,7 +116,7 @@ impl Geometry {
         let avail = region_len.saturating_sub(ring_offset);
         let slots = avail / (u64::from(partitions) * slot_size);
         if slots < 2 {
-            return Err(FormatError::Geometry(format!(
+            return Err(JournalFormatError::Geometry(format!(
                 "region of {region_len} bytes holds fewer than 2 slots per partition"
             )));
         }
@@ -174,19 +174,19 @@ impl Geometry {
 
     /// Parse and validate a superblock read from a region of `region_len`
     /// bytes. Never panics on any input.
-    pub(crate) fn decode(b: &[u8], region_len: u64) -> Result<Self, FormatError> {
+    pub(crate) fn decode(b: &[u8], region_len: u64) -> Result<Self, JournalFormatError> {
         if b.len() < SB_SIZE {
-            return Err(FormatError::Truncated);
+            return Err(JournalFormatError::Truncated);
         }
         if b[0..8] != SB_MAGIC {
-            return Err(FormatError::BadMagic);
+            return Err(JournalFormatError::BadMagic);
         }
         let version = get_u32(b, 8);
         if !(SB_VERSION_OLDEST..=SB_VERSION).contains(&version) {
-            return Err(FormatError::UnsupportedVersion(version));
+            return Err(JournalFormatError::UnsupportedVersion(version));
         }
         if crc32c::crc32c(&b[..SB_CRC_AT]) != get_u32(b, SB_CRC_AT) {
-            return Err(FormatError::BadChecksum("superblock"));
+            return Err(JournalFormatError::BadChecksum("superblock"));
         }
         let stored = Self {
             partitions: get_u32(b, 12),
@@ -203,7 +203,7 @@ impl Geometry {
             version,
         };
         if stored.region_len > region_len {
-            return Err(FormatError::Geometry(format!(
+            return Err(JournalFormatError::Geometry(format!(
                 "superblock describes {} bytes but the region has {region_len}",
                 stored.region_len
             )));
@@ -220,7 +220,7 @@ impl Geometry {
         )?;
         let planned = Self { version, ..planned };
         if planned != stored {
-            return Err(FormatError::Geometry(
+            return Err(JournalFormatError::Geometry(
                 "superblock layout fields are inconsistent".into(),
             ));
         }
@@ -523,11 +523,11 @@ mod tests {
         bad[13] ^= 1;
         assert!(matches!(
             Geometry::decode(&bad, 1 << 22),
-            Err(FormatError::BadChecksum(_))
+            Err(JournalFormatError::BadChecksum(_))
         ));
         assert!(matches!(
             Geometry::decode(&[0u8; 4096], 1 << 22),
-            Err(FormatError::BadMagic)
+            Err(JournalFormatError::BadMagic)
         ));
         assert!(Geometry::decode(&b, 1 << 20).is_err());
         assert!(Geometry::decode(&b[..100], 1 << 22).is_err());
@@ -547,7 +547,7 @@ mod tests {
             };
             assert!(matches!(
                 Geometry::decode(&other.encode(), 1 << 22),
-                Err(FormatError::UnsupportedVersion(x)) if x == v
+                Err(JournalFormatError::UnsupportedVersion(x)) if x == v
             ));
         }
     }

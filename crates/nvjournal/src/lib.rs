@@ -53,7 +53,7 @@ mod recovery;
 mod region;
 
 pub use crash::CrashRegion;
-pub use error::{Failure, FormatError, JournalError};
+pub use error::{Failure, JournalError, JournalFormatError};
 pub use flush::{flush_instr, FlushInstr, CACHE_LINE};
 pub use flushcheck::FlushCheck;
 pub use journal::{Journal, JournalConfig, JournalKind, JournalStats, RecoveryReport, Tx, TxId};

@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use ptsd_blockdev::BlockDevice;
 
-use crate::error::{FormatError, JournalError};
+use crate::error::{JournalError, JournalFormatError};
 use crate::journal::{write_record, RecoveryReport};
 use crate::layout::{
     slot_term, Geometry, Record, RecordKind, SlotHeader, SLOT_CRC_AT, SLOT_HEADER,
@@ -32,7 +32,7 @@ pub(crate) fn recover(
                 .seq
                 .checked_sub(1)
                 .and_then(|seq| record_with_seq(region, geo, seq))
-                .ok_or(FormatError::TornCommitWithoutPredecessor { seq: newest.seq })?;
+                .ok_or(JournalFormatError::TornCommitWithoutPredecessor { seq: newest.seq })?;
             if digest_on_media(region, geo, &newest, &prev) == digest {
                 (newest, false)
             } else {
@@ -141,7 +141,7 @@ fn newest_record(region: &dyn Persist, geo: &Geometry) -> Result<Record, Journal
     (0..u64::from(geo.record_count))
         .filter_map(|i| record_at(region, geo, i))
         .max_by_key(|r| r.seq)
-        .ok_or_else(|| FormatError::NoCommitRecord.into())
+        .ok_or_else(|| JournalFormatError::NoCommitRecord.into())
 }
 
 /// [`Record::digest`] of `rec` over `prev` as the media has it: the
@@ -205,7 +205,7 @@ mod tests {
             assert!(
                 matches!(
                     err,
-                    JournalError::Format(FormatError::TornCommitWithoutPredecessor { seq: s }) if s == seq
+                    JournalError::Format(JournalFormatError::TornCommitWithoutPredecessor { seq: s }) if s == seq
                 ),
                 "{err}"
             );

@@ -18,7 +18,7 @@ pub enum RegionError {
     #[error("invalid region size {0} (must be a non-zero multiple of 4096)")]
     BadSize(u64),
     /// The operating system refused an operation.
-    #[error("region I/O error during {op}: {source}")]
+    #[error("region I/O error during {op}")]
     Io {
         /// The operation that failed (open, mmap, msync...).
         op: &'static str,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_nvjournal::{
-    CrashRegion, FormatError, Journal, JournalConfig, JournalError, JournalKind, Persist,
+    CrashRegion, Journal, JournalConfig, JournalError, JournalFormatError, JournalKind, Persist,
     PmemRegion,
 };
 
@@ -108,7 +108,7 @@ fn bad_requests_are_errors() {
     ));
     assert!(matches!(
         Journal::create(CrashRegion::new(8192), dev(16), JournalConfig::default()),
-        Err(JournalError::Format(FormatError::Geometry(_)))
+        Err(JournalError::Format(JournalFormatError::Geometry(_)))
     ));
 }
 
@@ -131,7 +131,7 @@ fn corrupt_or_foreign_superblock_is_a_typed_error() {
             d.clone(),
             JournalConfig::default()
         ),
-        Err(JournalError::Format(FormatError::BadMagic))
+        Err(JournalError::Format(JournalFormatError::BadMagic))
     ));
     let mut img = region.crash_image(0);
     img[20] ^= 0x40;
@@ -141,7 +141,7 @@ fn corrupt_or_foreign_superblock_is_a_typed_error() {
             d.clone(),
             JournalConfig::default()
         ),
-        Err(JournalError::Format(FormatError::BadChecksum(_)))
+        Err(JournalError::Format(JournalFormatError::BadChecksum(_)))
     ));
     let mut img = region.crash_image(0);
     let mut x = 0x1234_5678_u64;
@@ -157,7 +157,7 @@ fn corrupt_or_foreign_superblock_is_a_typed_error() {
             d.clone(),
             JournalConfig::default()
         ),
-        Err(JournalError::Format(FormatError::NoCommitRecord))
+        Err(JournalError::Format(JournalFormatError::NoCommitRecord))
     ));
     for seed in 0..64u64 {
         let mut img = region.crash_image(0);

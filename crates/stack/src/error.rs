@@ -45,7 +45,7 @@ pub enum StackError {
         ram: bool,
     },
     /// The device holds no ptsd file system (or a damaged superblock).
-    #[error("{device} holds no usable ptsd-fs: {source}")]
+    #[error("{device} holds no usable ptsd-fs")]
     NoFileSystem {
         /// The device that was read.
         device: String,
@@ -54,7 +54,7 @@ pub enum StackError {
         source: ptsd_fs::FsError,
     },
     /// Mounting found damage that needs `ptsd fsck --repair`.
-    #[error("cannot mount {device}: {source} (run `ptsd fsck --repair`)")]
+    #[error("cannot mount {device} (run `ptsd fsck --repair`)")]
     NeedsRepair {
         /// The damaged device.
         device: String,
@@ -63,7 +63,7 @@ pub enum StackError {
         source: ptsd_fs::FsError,
     },
     /// The file system layer failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Fs {
         /// What the stack was doing.
         what: String,
@@ -72,7 +72,7 @@ pub enum StackError {
         source: ptsd_fs::FsError,
     },
     /// The journal could not be created or recovered.
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}")]
     Journal {
         /// What the stack was doing ("creating", "recovering"...).
         what: &'static str,
@@ -83,7 +83,7 @@ pub enum StackError {
         source: ptsd_nvjournal::JournalError,
     },
     /// The journal file could not be mapped.
-    #[error("mapping journal {}: {source}", .path.display())]
+    #[error("mapping journal {}", .path.display())]
     Region {
         /// The journal file.
         path: PathBuf,
@@ -92,7 +92,7 @@ pub enum StackError {
         source: ptsd_nvjournal::RegionError,
     },
     /// The emulated SSD failed to open, recover or shut down.
-    #[error("{what} the emulated SSD {image}: {source}")]
+    #[error("{what} the emulated SSD {image}")]
     Ssd {
         /// What the stack was doing ("opening", "recovering"...).
         what: &'static str,
@@ -103,7 +103,7 @@ pub enum StackError {
         source: ptsd_ftl::FtlError,
     },
     /// The block device failed.
-    #[error("{what} {device}: {source}")]
+    #[error("{what} {device}")]
     Device {
         /// What the stack was doing.
         what: &'static str,
@@ -114,7 +114,7 @@ pub enum StackError {
         source: ptsd_blockdev::BlockError,
     },
     /// A file operation failed.
-    #[error("{op} {}: {source}", .path.display())]
+    #[error("{op} {}", .path.display())]
     Io {
         /// The file operation ("open", "create"...).
         op: &'static str,

@@ -378,7 +378,7 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         if let Err(e) = self.close_inner() {
-            tracing::error!("closing the stack: {e}");
+            tracing::error!("closing the stack: {}", ptsd_blockdev::ErrorChain(&e));
         }
     }
 }

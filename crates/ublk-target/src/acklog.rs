@@ -102,7 +102,7 @@ pub enum Record<'a> {
 #[derive(Debug, thiserror::Error)]
 pub enum AckLogError {
     /// Reading or writing the log file failed.
-    #[error("acknowledged-write log {path}: {source}")]
+    #[error("acknowledged-write log {path}")]
     Io {
         /// The log file.
         path: PathBuf,

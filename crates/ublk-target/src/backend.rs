@@ -138,7 +138,7 @@ pub enum ShutdownError {
     Flush(#[source] BlockError),
     /// The emulated SSD refused its final flush.
     #[error("the SSD refused the final flush")]
-    Refused(#[source] ptsd_ftl::RequestError),
+    Refused(#[source] ptsd_ftl::SsdRequestError),
     /// The emulated SSD stopped with a fault.
     #[error("the SSD failed")]
     Fault(#[source] ptsd_ftl::DeviceFault),
@@ -222,7 +222,7 @@ impl<D: BlockDevice> DirectBackend<D> {
             Ok(()) if p.cmd.op.has_data() => bytes as i32,
             Ok(()) => 0,
             Err(e) => {
-                tracing::warn!(error = %e, cmd = ?p.cmd, "device request failed");
+                tracing::warn!(error = %ptsd_blockdev::ErrorChain(&e), cmd = ?p.cmd, "device request failed");
                 block_errno(&e)
             }
         }

@@ -17,7 +17,7 @@
 
 use crate::backend::{Backend, Finished, IoBufPtr, Pending};
 use crate::handoff::{Handoff, LockMode};
-use crate::request::{decode, Geometry, IoOp, RawDesc, RequestError};
+use crate::request::{decode, Geometry, IoOp, RawDesc, UblkRequestError};
 use crate::stats::OpStats;
 use parking_lot::Mutex;
 use ptsd_ftl::{VirtualClock, WallClock};
@@ -304,7 +304,7 @@ impl Engine {
             }
         }
         if let Err(e) = self.backend.shutdown() {
-            tracing::error!(error = %e, "backend shutdown failed");
+            tracing::error!(error = %ptsd_blockdev::ErrorChain(&e), "backend shutdown failed");
         }
         self.backend
     }
@@ -389,12 +389,12 @@ impl QueueSide {
         let clock = &self.shared.clock;
         let now = *self.batch_now.get_or_insert_with(|| clock.now_ns());
         let checked = if (tag as usize) >= self.arrivals.len() {
-            Err(RequestError::BadTag {
+            Err(UblkRequestError::BadTag {
                 tag,
                 depth: self.arrivals.len(),
             })
         } else if self.shared.is_stopping() {
-            Err(RequestError::ShuttingDown)
+            Err(UblkRequestError::ShuttingDown)
         } else {
             decode(desc, &self.shared.geometry)
         };
@@ -421,10 +421,10 @@ impl QueueSide {
             Err(e) => {
                 tracing::debug!(qid = self.qid, tag, error = %e, "request refused");
                 let op = match e {
-                    RequestError::Empty(op)
-                    | RequestError::Misaligned { op, .. }
-                    | RequestError::OutOfRange { op, .. }
-                    | RequestError::TooLarge { op, .. } => Some(op),
+                    UblkRequestError::Empty(op)
+                    | UblkRequestError::Misaligned { op, .. }
+                    | UblkRequestError::OutOfRange { op, .. }
+                    | UblkRequestError::TooLarge { op, .. } => Some(op),
                     _ => None,
                 };
                 if let Some(op) = op {

@@ -299,7 +299,7 @@ impl FtlBackend {
         // The data is durable either way; a log that cannot drop what the
         // flush covered only replays more after a crash.
         if let Err(e) = log.covered(mark) {
-            tracing::warn!(error = %e, log = %log.path().display(), "cannot drop flushed records");
+            tracing::warn!(error = %ptsd_blockdev::ErrorChain(&e), log = %log.path().display(), "cannot drop flushed records");
         }
     }
 
@@ -329,7 +329,7 @@ impl FtlBackend {
             IoOp::Read => return Ok(()),
         };
         log.append(rec).map_err(|e| {
-            tracing::error!(error = %e, log = %log.path().display(), cmd = ?p.cmd, "cannot log a write: refused");
+            tracing::error!(error = %ptsd_blockdev::ErrorChain(&e), log = %log.path().display(), cmd = ?p.cmd, "cannot log a write: refused");
         })
     }
 
@@ -593,9 +593,9 @@ fn fault_errno(op: IoOp, fault: Option<&DeviceFault>) -> i32 {
 }
 
 /// The errno of a request the SSD refused or failed by itself.
-fn request_errno(op: IoOp, e: &ptsd_ftl::RequestError) -> i32 {
+fn request_errno(op: IoOp, e: &ptsd_ftl::SsdRequestError) -> i32 {
     match e {
-        ptsd_ftl::RequestError::Failed(f) => fault_errno(op, Some(f)),
+        ptsd_ftl::SsdRequestError::Failed(f) => fault_errno(op, Some(f)),
         _ => -libc::EIO,
     }
 }

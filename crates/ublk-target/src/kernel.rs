@@ -82,7 +82,7 @@ pub enum KernelError {
     #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
     NoSpec(i32),
     /// A file operation failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 

@@ -65,7 +65,7 @@ pub enum NvmetError {
         nqn: String,
     },
     /// A configfs operation failed.
-    #[error("configfs {path}: {source}")]
+    #[error("configfs {path}")]
     Configfs {
         /// The configfs path.
         path: PathBuf,

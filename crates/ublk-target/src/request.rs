@@ -135,7 +135,7 @@ pub struct Geometry {
 
 /// Why a request cannot be served. Each maps to the errno the kernel gets.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum RequestError {
+pub enum UblkRequestError {
     /// An operation code ptsd does not serve (EOPNOTSUPP).
     #[error("unsupported ublk operation {0}")]
     UnsupportedOp(u8),
@@ -195,16 +195,16 @@ pub enum RequestError {
     ShuttingDown,
 }
 
-impl RequestError {
+impl UblkRequestError {
     /// The negative errno the request completes with.
     pub fn errno(&self) -> i32 {
         match self {
-            RequestError::UnsupportedOp(_) => -libc::EOPNOTSUPP,
-            RequestError::Empty(_)
-            | RequestError::Misaligned { .. }
-            | RequestError::TooLarge { .. } => -libc::EINVAL,
-            RequestError::OutOfRange { .. } | RequestError::BadTag { .. } => -libc::EIO,
-            RequestError::ShuttingDown => -libc::EIO,
+            UblkRequestError::UnsupportedOp(_) => -libc::EOPNOTSUPP,
+            UblkRequestError::Empty(_)
+            | UblkRequestError::Misaligned { .. }
+            | UblkRequestError::TooLarge { .. } => -libc::EINVAL,
+            UblkRequestError::OutOfRange { .. } | UblkRequestError::BadTag { .. } => -libc::EIO,
+            UblkRequestError::ShuttingDown => -libc::EIO,
         }
     }
 }
@@ -224,7 +224,7 @@ impl RequestError {
 /// assert_eq!((read.block, read.blocks), (2, 1));
 /// assert!(decode(&RawDesc::new(op::READ, 2048, 8), &geo).is_err()); // past the end
 /// ```
-pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, RequestError> {
+pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError> {
     let io_op = match raw.op() {
         op::FLUSH => {
             return Ok(IoCmd {
@@ -237,16 +237,16 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, RequestError> {
         op::WRITE => IoOp::Write,
         op::DISCARD => IoOp::Discard,
         op::WRITE_ZEROES => IoOp::WriteZeroes,
-        other => return Err(RequestError::UnsupportedOp(other)),
+        other => return Err(UblkRequestError::UnsupportedOp(other)),
     };
     if raw.nr_sectors == 0 {
-        return Err(RequestError::Empty(io_op));
+        return Err(UblkRequestError::Empty(io_op));
     }
     let sectors_per_block = u64::from(geo.block_size.max(512)) / SECTOR;
     if raw.start_sector % sectors_per_block != 0
         || u64::from(raw.nr_sectors) % sectors_per_block != 0
     {
-        return Err(RequestError::Misaligned {
+        return Err(UblkRequestError::Misaligned {
             op: io_op,
             sector: raw.start_sector,
             sectors: raw.nr_sectors,
@@ -258,7 +258,7 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, RequestError> {
     match block.checked_add(blocks) {
         Some(end) if end <= geo.num_blocks => {}
         _ => {
-            return Err(RequestError::OutOfRange {
+            return Err(UblkRequestError::OutOfRange {
                 op: io_op,
                 block,
                 blocks,
@@ -269,7 +269,7 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, RequestError> {
     if io_op.has_data() {
         let bytes = u64::from(raw.nr_sectors) * SECTOR;
         if bytes > u64::from(geo.max_io_bytes) {
-            return Err(RequestError::TooLarge {
+            return Err(UblkRequestError::TooLarge {
                 op: io_op,
                 bytes,
                 max: geo.max_io_bytes,

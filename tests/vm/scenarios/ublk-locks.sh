@@ -25,7 +25,7 @@ ublk_locks() {
     dev=$(ptsd ublk add --daemon --no-poll --backing $img) || return 1
     id=$(dev_id "$dev")
     pid=$(cat /run/ptsd-ublk/"$id".pid)
-    for cmd in "mount --device $img $jargs /mnt/locks" "mkfs $img" "fsck $img $jargs --repair" \
+    for cmd in "mount --device $img $jargs /mnt/locks" "mkfs $img" "fsck $img --journal /tmp/locks.journal --repair" \
                "ublk add --daemon --no-poll --backing $img"; do
         if ptsd $cmd > /tmp/locks.out 2>&1; then
             echo "ptsd $cmd of an image ublk serves was not refused"

@@ -7,7 +7,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum FsBenchError {
     /// A file-system call failed.
-    #[error("{op} {}: {source}", .path.display())]
+    #[error("{op} {}", .path.display())]
     Io {
         /// The call, e.g. `create` or `fsync`.
         op: &'static str,

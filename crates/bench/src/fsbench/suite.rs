@@ -506,7 +506,9 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
                     counters: c.unwrap_or_default(),
                 })
             }
-            Err(e) => run.errors.push(format!("varmail: {e}")),
+            Err(e) => run
+                .errors
+                .push(format!("varmail: {}", ptsd_blockdev::ErrorChain(&e))),
         }
     }
     if !cfg.skip_tokubench {
@@ -523,7 +525,9 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
                     counters: c.unwrap_or_default(),
                 })
             }
-            Err(e) => run.errors.push(format!("tokubench: {e}")),
+            Err(e) => run
+                .errors
+                .push(format!("tokubench: {}", ptsd_blockdev::ErrorChain(&e))),
         }
     }
     if !cfg.skip_bulk {
@@ -554,7 +558,9 @@ fn run_workloads(spec: &TargetSpec, mounted: &Mounted, cfg: &SuiteConfig, run: &
                 });
                 run.bulk_parts = parts;
             }
-            Err(e) => run.errors.push(format!("bulk: {e}")),
+            Err(e) => run
+                .errors
+                .push(format!("bulk: {}", ptsd_blockdev::ErrorChain(&e))),
         }
     }
 }
@@ -670,13 +676,16 @@ pub fn run_suite(
                 errors: Vec::new(),
             };
             match set_up(spec, scratch) {
-                Err(e) => run.errors.push(format!("setup: {e}")),
+                Err(e) => run
+                    .errors
+                    .push(format!("setup: {}", ptsd_blockdev::ErrorChain(&e))),
                 Ok((mounted, description)) => {
                     run.description = description;
                     progress(&format!("[round {} {name}] {}", round + 1, run.description));
                     run_workloads(spec, &mounted, cfg, &mut run);
                     if let Err(e) = mounted.teardown() {
-                        run.errors.push(format!("teardown: {e}"));
+                        run.errors
+                            .push(format!("teardown: {}", ptsd_blockdev::ErrorChain(&e)));
                     }
                 }
             }

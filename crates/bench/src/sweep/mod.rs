@@ -46,32 +46,32 @@ pub use merge::{merge, strip_wall_clock, MergeReport};
 /// A sweep could not be read, expanded, sharded or merged.
 #[derive(Debug, Error)]
 pub enum SweepError {
-    #[error("sweep file {path}: {source}")]
+    #[error("sweep file {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("sweep file: {0}")]
+    #[error("sweep file")]
     Parse(#[from] toml::de::Error),
     #[error("sweep file: {0}")]
     Invalid(String),
     #[error("shard {0}")]
     BadShard(String),
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}, line {line}: {source}")]
+    #[error("{path}, line {line}")]
     Record {
         path: PathBuf,
         line: usize,
         #[source]
         source: serde_json::Error,
     },
-    #[error("encoding a record: {0}")]
+    #[error("encoding a record")]
     Encode(#[source] serde_json::Error),
     #[error("{0}")]
     Incomplete(String),
@@ -536,8 +536,9 @@ mod tests {
         ] {
             let err = SweepSpec::parse(text)
                 .and_then(|s| s.runs().map(|_| s))
-                .expect_err(text)
-                .to_string();
+                .expect_err(text);
+            // The cause is the source: the whole chain says what is wrong.
+            let err = ptsd_blockdev::ErrorChain(&err).to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }

@@ -7,7 +7,7 @@ use crate::config::FtlConfig;
 use crate::error::FtlError;
 use crate::flash::{POOL_DATA, POOL_FREE, POOL_MAP};
 use crate::ssd::UNMAPPED;
-use crate::store::{PageKind, StoreError};
+use crate::store::{NandStoreError, PageKind};
 use ptsd_blockdev::le::{get_u32, get_u64};
 
 /// What recovery found, to install into a fresh `Ssd`.
@@ -37,7 +37,7 @@ pub(super) fn recover_clean(cfg: &FtlConfig, s: &PersistentStore) -> Result<Reco
         || get_u64(&ck, 16) != g.total_blocks()
         || crc32c::crc32c(&ck[..end]) != get_u32(&ck, end)
     {
-        return Err(StoreError::from(ImageError::CheckpointChecksum).into());
+        return Err(NandStoreError::from(ImageError::CheckpointChecksum).into());
     }
     let seq = get_u64(&ck, 0);
     let gtd: Vec<u32> = (0..m).map(|i| get_u32(&ck, 32 + 4 * i)).collect();
@@ -53,11 +53,11 @@ pub(super) fn recover_clean(cfg: &FtlConfig, s: &PersistentStore) -> Result<Reco
             continue;
         }
         if u64::from(p) >= g.physical_pages {
-            return Err(StoreError::from(ImageError::CheckpointChecksum).into());
+            return Err(NandStoreError::from(ImageError::CheckpointChecksum).into());
         }
         s.dev
             .read(s.data_block(p), &mut page)
-            .map_err(StoreError::from)?;
+            .map_err(NandStoreError::from)?;
         for i in 0..epp {
             let lpn = mpn * epp + i;
             if lpn < l2p.len() {
@@ -132,7 +132,7 @@ pub(super) fn recover_after_cut(
         if let Some(e) = s.entry(ppa) {
             s.dev
                 .read(s.data_block(ppa), &mut page)
-                .map_err(StoreError::from)?;
+                .map_err(NandStoreError::from)?;
             if crc32c::crc32c(&page) == e.data_crc {
                 verified[ppa as usize] = Some(e);
             }
@@ -194,7 +194,7 @@ pub(super) fn recover_after_cut(
         tseq[mpn] = asof;
         s.dev
             .read(s.data_block(p), &mut page)
-            .map_err(StoreError::from)?;
+            .map_err(NandStoreError::from)?;
         for i in 0..epp {
             let lpn = mpn * epp + i;
             if lpn >= l2p.len() {
@@ -225,7 +225,7 @@ pub(super) fn recover_after_cut(
     for &tp in &trim_pages {
         s.dev
             .read(s.data_block(tp), &mut page)
-            .map_err(StoreError::from)?;
+            .map_err(NandStoreError::from)?;
         let n = (get_u64(&page, 0) as usize).min((lay.page - 8) / 16);
         for k in 0..n {
             let at = 8 + 16 * k;

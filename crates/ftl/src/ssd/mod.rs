@@ -13,7 +13,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use crate::bigvec::{prefetch, BigVec};
 use crate::config::{FtlConfig, Geometry, StoreKind};
 use crate::counters::FtlStats;
-use crate::error::{DeviceFault, FtlError, RequestError};
+use crate::error::{DeviceFault, FtlError, SsdRequestError};
 use crate::fastdiv::Divisor;
 use crate::flash::{Flash, INVALID, POOL_DATA};
 use crate::mapping::{MapAction, MapGeometry, MappingScheme};
@@ -445,22 +445,22 @@ impl Ssd {
         now_ns: u64,
         req: Request,
         payload: Payload,
-    ) -> Result<(), RequestError> {
+    ) -> Result<(), SsdRequestError> {
         if let Some(f) = &self.fault {
-            return Err(RequestError::Failed(f.clone()));
+            return Err(SsdRequestError::Failed(f.clone()));
         }
         let expected = req.pages as usize * self.g.page_size as usize;
         match req.op {
             Op::Read | Op::Write | Op::Discard => {
                 if req.pages == 0 {
-                    return Err(RequestError::ZeroLength { op: req.op });
+                    return Err(SsdRequestError::ZeroLength { op: req.op });
                 }
                 if req
                     .lpn
                     .checked_add(u64::from(req.pages))
                     .is_none_or(|e| e > self.g.logical_pages)
                 {
-                    return Err(RequestError::OutOfRange {
+                    return Err(SsdRequestError::OutOfRange {
                         lpn: req.lpn,
                         pages: req.pages,
                         logical_pages: self.g.logical_pages,
@@ -471,19 +471,19 @@ impl Ssd {
         }
         match (&payload, req.op) {
             (Payload::None, Op::Write) if self.has_data => {
-                return Err(RequestError::PayloadRequired)
+                return Err(SsdRequestError::PayloadRequired)
             }
             (Payload::None, _) | (Payload::External, Op::Read | Op::Write) => {}
             (Payload::Write(d), Op::Write) | (Payload::Read(d), Op::Read) => {
                 if d.len() != expected {
-                    return Err(RequestError::PayloadSize {
+                    return Err(SsdRequestError::PayloadSize {
                         len: d.len(),
                         pages: req.pages,
                         page_size: self.g.page_size,
                     });
                 }
             }
-            _ => return Err(RequestError::PayloadKind { op: req.op }),
+            _ => return Err(SsdRequestError::PayloadKind { op: req.op }),
         }
         let q = Queued {
             req,

@@ -2,7 +2,7 @@
 //! finished request handed back.
 
 use super::{Queued, Ssd};
-use crate::error::RequestError;
+use crate::error::SsdRequestError;
 use crate::request::Completion;
 
 /// Data that travels with a request.
@@ -77,7 +77,7 @@ pub struct Done {
     /// Why this request alone failed, changing nothing (its external
     /// buffer was missing or of the wrong size); `None` otherwise. Boxed:
     /// it is rare, and every completion carries the field.
-    pub error: Option<Box<RequestError>>,
+    pub error: Option<Box<SsdRequestError>>,
 }
 
 impl Ssd {
@@ -87,13 +87,13 @@ impl Ssd {
         &self,
         q: &'a mut Queued,
         buffers: &'a mut dyn DataIo,
-    ) -> Result<Option<&'a mut [u8]>, RequestError> {
+    ) -> Result<Option<&'a mut [u8]>, SsdRequestError> {
         let (id, op, pages) = (q.req.id, q.req.op, q.req.pages);
         match &mut q.payload {
             Payload::Read(b) => Ok(Some(b)),
             Payload::External => match buffers.destination(id) {
                 Some(b) => self.check_buffer_len(b.len(), pages).map(|()| Some(b)),
-                None => Err(RequestError::BufferMissing { id, op }),
+                None => Err(SsdRequestError::BufferMissing { id, op }),
             },
             _ => Ok(None),
         }
@@ -104,23 +104,23 @@ impl Ssd {
         &self,
         q: &'a Queued,
         buffers: &'a mut dyn DataIo,
-    ) -> Result<Option<&'a [u8]>, RequestError> {
+    ) -> Result<Option<&'a [u8]>, SsdRequestError> {
         let (id, op, pages) = (q.req.id, q.req.op, q.req.pages);
         match &q.payload {
             Payload::Write(d) => Ok(Some(d)),
             Payload::External => match buffers.source(id) {
                 Some(b) => self.check_buffer_len(b.len(), pages).map(|()| Some(b)),
-                None => Err(RequestError::BufferMissing { id, op }),
+                None => Err(SsdRequestError::BufferMissing { id, op }),
             },
             _ => Ok(None),
         }
     }
 
-    pub(super) fn check_buffer_len(&self, len: usize, pages: u32) -> Result<(), RequestError> {
+    pub(super) fn check_buffer_len(&self, len: usize, pages: u32) -> Result<(), SsdRequestError> {
         if len == pages as usize * self.g.page_size as usize {
             Ok(())
         } else {
-            Err(RequestError::PayloadSize {
+            Err(SsdRequestError::PayloadSize {
                 len,
                 pages,
                 page_size: self.g.page_size,

@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 
 use super::{DataIo, Done, Pick, Queued, Ssd};
 use crate::config::WriteStop;
-use crate::error::{DeviceFault, FtlError, RequestError};
+use crate::error::{DeviceFault, FtlError, SsdRequestError};
 use crate::policy::Candidate;
 use crate::request::{Completion, Op};
 
@@ -153,7 +153,7 @@ impl Ssd {
 
     /// Complete a request that could not be served, at its dispatch time,
     /// having changed nothing (the device goes on).
-    pub(super) fn refuse(&mut self, q: Queued, dispatch_ns: u64, error: RequestError) {
+    pub(super) fn refuse(&mut self, q: Queued, dispatch_ns: u64, error: SsdRequestError) {
         self.complete(q, dispatch_ns, dispatch_ns, true, Some(Box::new(error)));
     }
 
@@ -179,7 +179,7 @@ impl Ssd {
         dispatch_ns: u64,
         done_ns: u64,
         failed: bool,
-        error: Option<Box<RequestError>>,
+        error: Option<Box<SsdRequestError>>,
     ) {
         self.push_done(Done {
             completion: Completion {

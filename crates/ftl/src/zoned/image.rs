@@ -33,7 +33,7 @@ use ptsd_blockdev::{BlockDevice, BlockError};
 use thiserror::Error;
 
 use super::{ZoneState, ZonedConfig, ZonedError, ZonedSsd};
-use crate::store::{NoStore, Oob, Store, StoreError};
+use crate::store::{NoStore, Oob, Store, NandStoreError};
 
 const MAGIC: &[u8; 8] = b"PTSDZNS1";
 const VERSION: u32 = 1;
@@ -206,7 +206,7 @@ impl ZonedImage {
         generation: u32,
         finished: bool,
         failed: Option<ZoneState>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), NandStoreError> {
         let flags = match failed {
             Some(ZoneState::Offline) => OFFLINE,
             Some(_) => READ_ONLY,
@@ -257,7 +257,7 @@ impl Store for ZonedImage {
         true
     }
 
-    fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), StoreError> {
+    fn program(&mut self, ppa: u32, oob: Oob, data: &[u8]) -> Result<(), NandStoreError> {
         self.dev
             .write((self.data_first + u64::from(ppa)) * self.k, data)?;
         let at = ppa as usize * OOB_BYTES;
@@ -274,13 +274,13 @@ impl Store for ZonedImage {
         Ok(())
     }
 
-    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), StoreError> {
+    fn read(&mut self, ppa: u32, buf: &mut [u8]) -> Result<(), NandStoreError> {
         self.dev
             .read((self.data_first + u64::from(ppa)) * self.k, buf)?;
         Ok(())
     }
 
-    fn erase(&mut self, first: u32, pages: u32) -> Result<(), StoreError> {
+    fn erase(&mut self, first: u32, pages: u32) -> Result<(), NandStoreError> {
         let a = first as usize * OOB_BYTES;
         let b = a + pages as usize * OOB_BYTES;
         self.oob[a..b].fill(0);
@@ -290,7 +290,7 @@ impl Store for ZonedImage {
         Ok(())
     }
 
-    fn sync(&mut self) -> Result<(), StoreError> {
+    fn sync(&mut self) -> Result<(), NandStoreError> {
         // Data pages were written at their program: make them durable
         // before the entries that describe them.
         self.dev.flush()?;

@@ -49,7 +49,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::config::FtlConfig;
-use crate::store::{MemStore, NoStore, Oob, PageKind, Store, StoreError};
+use crate::store::{MemStore, NoStore, Oob, PageKind, Store, NandStoreError};
 use crate::timeline::Timeline;
 use crate::StoreKind;
 
@@ -242,7 +242,7 @@ pub enum ZonedError {
     #[error("this device keeps data: a write needs its bytes")]
     PayloadRequired,
     #[error("store")]
-    Store(#[from] StoreError),
+    Store(#[from] NandStoreError),
     #[error("zoned image")]
     Image(#[from] ZonedImageError),
 }

@@ -6,7 +6,7 @@ use super::{symlink, Caller, FileSystem, Inode, Writes, BS, S_IFLNK, S_IFMT};
 use crate::alloc::AllocCtx;
 use crate::chain::{self, Chain};
 use crate::dir::DirIndex;
-use crate::error::{Errno, FormatError, StoreError};
+use crate::error::{Errno, FsFormatError, FsStoreError};
 use crate::extent::ExtentMap;
 use crate::format::{decode_dir_block, DiskInode, Ts, BLOCK_SIZE};
 
@@ -14,8 +14,8 @@ use crate::format::{decode_dir_block, DiskInode, Ts, BLOCK_SIZE};
 pub(super) enum LoadErr {
     /// Not an inode (freed, or a stale number).
     Stale,
-    Format(FormatError),
-    Store(StoreError),
+    Format(FsFormatError),
+    Store(FsStoreError),
 }
 
 impl LoadErr {
@@ -28,14 +28,14 @@ impl LoadErr {
     }
 }
 
-impl From<FormatError> for LoadErr {
-    fn from(e: FormatError) -> Self {
+impl From<FsFormatError> for LoadErr {
+    fn from(e: FsFormatError) -> Self {
         LoadErr::Format(e)
     }
 }
 
-impl From<StoreError> for LoadErr {
-    fn from(e: StoreError) -> Self {
+impl From<FsStoreError> for LoadErr {
+    fn from(e: FsStoreError) -> Self {
         LoadErr::Store(e)
     }
 }
@@ -94,7 +94,7 @@ impl FileSystem {
         let d = match DiskInode::decode(&b, ino) {
             Ok(d) => d,
             // A stale number whose block now holds something else.
-            Err(FormatError::BadMagic { .. }) => return Err(LoadErr::Stale),
+            Err(FsFormatError::BadMagic { .. }) => return Err(LoadErr::Stale),
             Err(e) => return Err(e.into()),
         };
         let (ext, chain) = chain::load(&d, data_start..num_blocks, |blk| {
@@ -135,7 +135,7 @@ impl FileSystem {
         // an allocation of its size (a directory has no holes, so it cannot
         // span more blocks than it maps).
         if nblocks > g.ext.mapped_blocks() {
-            return Err(FormatError::Corrupt {
+            return Err(FsFormatError::Corrupt {
                 what: "directory",
                 block: g.d.ino,
                 why: format!(
@@ -148,7 +148,7 @@ impl FileSystem {
         let mut blocks = Vec::with_capacity(nblocks.min(self.store.num_blocks()) as usize);
         let mut b = vec![0u8; BLOCK_SIZE];
         for lblk in 0..nblocks {
-            let (pblk, _, _) = g.ext.lookup(lblk).ok_or_else(|| FormatError::Corrupt {
+            let (pblk, _, _) = g.ext.lookup(lblk).ok_or_else(|| FsFormatError::Corrupt {
                 what: "directory",
                 block: g.d.ino,
                 why: format!("hole at block {lblk}"),
@@ -157,7 +157,7 @@ impl FileSystem {
             blocks.push(decode_dir_block(&b, pblk, g.d.ino)?);
         }
         Ok(
-            DirIndex::from_blocks(blocks).map_err(|why| FormatError::Corrupt {
+            DirIndex::from_blocks(blocks).map_err(|why| FsFormatError::Corrupt {
                 what: "directory",
                 block: g.d.ino,
                 why,

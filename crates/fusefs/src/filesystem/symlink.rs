@@ -4,7 +4,7 @@
 
 use super::{FileSystem, Inode, LoadErr, Writes};
 use crate::alloc::AllocCtx;
-use crate::error::{Errno, FormatError};
+use crate::error::{Errno, FsFormatError};
 use crate::format::{BLOCK_SIZE, INCOMPAT_LONG_SYMLINKS, SYMLINK_INLINE};
 
 /// Whether a target of `len` bytes needs a block of its own.
@@ -39,7 +39,7 @@ impl FileSystem {
 
     /// Read the long target of a loaded symlink from its block 0.
     pub(super) fn load_long_target(&self, g: &mut Inode) -> Result<(), LoadErr> {
-        let bad = |why: &str| FormatError::Corrupt {
+        let bad = |why: &str| FsFormatError::Corrupt {
             what: "symlink",
             block: g.d.ino,
             why: why.into(),
