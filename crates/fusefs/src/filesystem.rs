@@ -48,7 +48,7 @@ mod xattr;
 
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
 pub use mkfs::{mkfs, MkfsOptions};
-use namespace::{check_name, dir_add, dir_need, put_dir_block, touch_dir};
+use namespace::{check_name, dir_add, dir_add_at, dir_need, put_dir_block, touch_dir};
 pub use seek::Seek;
 pub use trim::{AUTO_TRIM_BLOCKS, FITRIM};
 

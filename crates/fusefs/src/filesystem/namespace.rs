@@ -49,6 +49,19 @@ pub(super) fn dir_add(
     ctx: &mut AllocCtx<'_>,
     w: &mut Writes,
 ) -> Result<DirEnt, Errno> {
+    dir_add_at(g, name, ino, kind, None, ctx, w)
+}
+
+/// [`dir_add`] at readdir position `pos` (a free one), or the next new one.
+pub(super) fn dir_add_at(
+    g: &mut Inode,
+    name: &[u8],
+    ino: u64,
+    kind: u8,
+    pos: Option<u64>,
+    ctx: &mut AllocCtx<'_>,
+    w: &mut Writes,
+) -> Result<DirEnt, Errno> {
     let dir = g.dir.as_mut().ok_or(Errno::EIO)?;
     let blk = match dir.find_slot(name.len()) {
         Some(b) => b,
@@ -63,7 +76,11 @@ pub(super) fn dir_add(
             b
         }
     };
-    let e = g.dir.as_mut().ok_or(Errno::EIO)?.add(name, ino, kind, blk);
+    let dir = g.dir.as_mut().ok_or(Errno::EIO)?;
+    let e = match pos {
+        Some(pos) => dir.add_at(name, ino, kind, blk, pos),
+        None => dir.add(name, ino, kind, blk),
+    };
     put_dir_block(g, blk, w)?;
     Ok(e)
 }

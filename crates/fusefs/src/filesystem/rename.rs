@@ -1,6 +1,6 @@
 //! rename(2) with RENAME_NOREPLACE and RENAME_EXCHANGE.
 
-use super::{check_name, dir_add, dir_need, put_dir_block, put_inode, touch_dir};
+use super::{check_name, dir_add_at, dir_need, put_dir_block, put_inode, touch_dir};
 use super::{FileSystem, Held, Try, Writes, MAX_LINKS, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use crate::alloc::AllocCtx;
 use crate::error::Errno;
@@ -226,11 +226,16 @@ impl FileSystem {
                 }
                 return Ok(());
             }
-            dir_add(
+            // Within one directory the entry keeps its readdir position: a
+            // new one would put it after every reader's cookie again, and a
+            // reader renaming as it lists would never finish.
+            let keep_pos = (parent == newparent).then_some(src.pos);
+            dir_add_at(
                 held.get(newparent),
                 newname,
                 src.ino,
                 src.kind,
+                keep_pos,
                 &mut ctx,
                 &mut w,
             )?;
