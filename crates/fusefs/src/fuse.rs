@@ -481,13 +481,21 @@ impl Filesystem for FuseFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(self.ino(ino)) {
-            Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => {
-                reply.opened(FileHandle(0), FopenFlags::empty())
-            }
-            Ok(_) => reply.error(fuser::Errno::ENOTDIR),
+        match self.fs.opendir(self.ino(ino)) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.releasedir(self.ino(ino)), reply);
     }
 
     fn readdir(

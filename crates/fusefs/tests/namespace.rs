@@ -83,3 +83,55 @@ fn readdir_finishes_while_entries_are_renamed_in_place() {
         .collect();
     assert_eq!(before, after);
 }
+
+/// Item 6: a directory removed, or renamed over, while open keeps working
+/// through its node id until the last close: getattr (fstat) gives nlink
+/// 0, readdir lists nothing, creating in it is ENOENT; the close frees it,
+/// and a crash while it is open leaves an orphan the next mount frees.
+#[test]
+fn open_directory_removed_or_renamed_over_stays_usable_until_released() {
+    let (dev, fs) = fresh(4096);
+    let root = fs.root();
+    let a = fs.mkdir(root, b"a", 0o755, ME).unwrap().ino;
+    let b = fs.mkdir(root, b"b", 0o755, ME).unwrap().ino;
+    fs.opendir(a).unwrap();
+    fs.opendir(b).unwrap();
+    fs.rmdir(root, b"a").unwrap();
+    // `c` replaces `b`: b is renamed over.
+    let c = fs.mkdir(root, b"c", 0o755, ME).unwrap().ino;
+    fs.rename(root, b"c", root, b"b", 0).unwrap();
+    assert_eq!(fs.lookup(root, b"b").unwrap().ino, c);
+    for d in [a, b] {
+        let at = fs.getattr(d).unwrap();
+        assert_eq!(at.nlink, 0);
+        assert_eq!(at.mode & libc::S_IFMT, libc::S_IFDIR);
+        assert!(fs.readdir(d, 0, 100).unwrap().is_empty());
+        assert_eq!(fs.create(d, b"x", 0o644, ME).err(), Some(Errno::ENOENT));
+        assert_eq!(fs.mkdir(d, b"x", 0o755, ME).err(), Some(Errno::ENOENT));
+    }
+    assert_eq!(fs.getattr(root).unwrap().nlink, 3, "root: . .. and b");
+    fs.releasedir(a).unwrap();
+    assert_eq!(fs.getattr(a).err(), Some(Errno::ENOENT));
+    // `b` is still open when the daemon stops: the next mount frees it
+    // (and fsck, at the end, finds every block accounted for).
+    drop(fs);
+    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
+    let r = fsck::check(store, false).unwrap();
+    assert!(
+        matches!(&r.problems[..], [fsck::Finding::Orphan { ino, nlink: 0 }] if *ino == b),
+        "only the orphan directory itself: {:#?}",
+        r.problems
+    );
+    let fs = remount(&dev);
+    assert_eq!(fs.orphans_freed, 1);
+    assert_eq!(fs.getattr(b).err(), Some(Errno::ENOENT));
+    fs.rmdir(root, b"b").unwrap();
+    assert_eq!(fs.opendir(fs.root()).map(|_| ()), Ok(()));
+    let f = fs.create(root, b"f", 0o644, ME).unwrap().ino;
+    assert_eq!(fs.opendir(f).err(), Some(Errno::ENOTDIR));
+    fs.release(f).unwrap();
+    fs.releasedir(fs.root()).unwrap();
+    fs.close().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}

@@ -155,6 +155,11 @@ impl FileSystem {
         let mut g = self.lock(ino)?;
         self.ensure_dir(&mut g)?;
         let mut out = Vec::new();
+        if g.d.nlink == 0 {
+            // Removed while open: no entries, not even `.` and `..` (its
+            // parent may be gone), as Linux lists a dead directory.
+            return Ok(out);
+        }
         if offset < 1 {
             out.push(DirEntry {
                 ino,

@@ -290,16 +290,13 @@ impl Handler for FsHandler {
             Request::Removexattr { name } => empty(fs.removexattr(ino, name)),
             // As on /dev/fuse: nothing to do at close; ENOSYS stops FLUSH.
             Request::Flush => Response::Error(libc::ENOSYS),
-            Request::Opendir { .. } => match fs.getattr(ino) {
-                Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => {
-                    Response::Open { fh: 0, flags: 0 }
-                }
-                Ok(_) => Response::Error(libc::ENOTDIR),
+            Request::Opendir { .. } => match fs.opendir(ino) {
+                Ok(_) => Response::Open { fh: 0, flags: 0 },
                 Err(e) => Response::Error(e.0),
             },
             Request::Readdir { offset, size } => self.readdir(ino, offset, size, false),
             Request::Readdirplus { offset, size } => self.readdir(ino, offset, size, true),
-            Request::Releasedir => Response::Empty,
+            Request::Releasedir => empty(fs.releasedir(ino)),
             Request::Ioctl { cmd, data } => match fs.ioctl(who, cmd, data) {
                 Ok(out) => Response::Ioctl(out),
                 Err(e) => Response::Error(e.0),
