@@ -396,6 +396,13 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             bail!(msg);
         }
     };
+    // Set-id bits a write or fallocate dropped: the kernel's cached mode too.
+    stack
+        .fs()
+        .set_attr_invalidator(ptsd_fs::fuse::attr_invalidator(
+            session.notifier(),
+            stack.fs().root(),
+        ));
     let (rings, transport) = match start_rings(a, &opts, &uring, &session, stack.fs(), counts) {
         Ok(r) => r,
         Err(e) => {

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 
@@ -227,7 +227,14 @@ pub struct FileSystem {
     trimming: AtomicBool,
     /// Freed space is discarded online and at unmount.
     auto_trim: AtomicBool,
+    /// Tells the kernel an inode's cached attributes are stale (see
+    /// [`FileSystem::set_attr_invalidator`]).
+    attr_invalidator: OnceLock<AttrInvalidator>,
 }
+
+/// A transport's way to drop the kernel's cached attributes of an inode
+/// (FUSE `NOTIFY_INVAL_INODE`); called with ptsd-fs inode numbers.
+pub type AttrInvalidator = Box<dyn Fn(u64) + Send + Sync>;
 
 /// Locks held by one operation, by inode number.
 struct Held {
@@ -305,6 +312,7 @@ impl FileSystem {
             free_synced: AtomicU64::new(0),
             trimming: AtomicBool::new(false),
             auto_trim: AtomicBool::new(true),
+            attr_invalidator: OnceLock::new(),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -379,6 +387,40 @@ impl FileSystem {
     /// What the store is (durability mode).
     pub fn describe_store(&self) -> String {
         self.store.describe()
+    }
+
+    /// Install the transport's attribute invalidation (once per mount).
+    /// ptsd-fs calls it after it changed an inode's attributes in a way
+    /// the kernel does not expect from the request it sent: setuid/setgid
+    /// dropped by a write or fallocate (the kernel keeps its cached mode,
+    /// and exec would use it).
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions, SetAttr};
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// let stale = Arc::new(Mutex::new(Vec::new()));
+    /// let s = stale.clone();
+    /// fs.set_attr_invalidator(Box::new(move |ino| s.lock().unwrap().push(ino)));
+    /// let f = fs.create(fs.root(), b"f", 0o4755, Caller::default()).unwrap().ino;
+    /// fs.write_as(f, 0, b"x", true).unwrap(); // an unprivileged write
+    /// assert_eq!(*stale.lock().unwrap(), [f]);
+    /// ```
+    pub fn set_attr_invalidator(&self, f: AttrInvalidator) {
+        if self.attr_invalidator.set(f).is_err() {
+            tracing::warn!("attribute invalidator already set; keeping the first");
+        }
+    }
+
+    /// The kernel's cached attributes of `ino` are stale.
+    fn attrs_changed_behind_kernel(&self, ino: u64) {
+        if let Some(f) = self.attr_invalidator.get() {
+            f(ino);
+        }
     }
 
     fn writable(&self) -> Result<(), Errno> {

@@ -698,7 +698,7 @@ impl Filesystem for FuseFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -706,12 +706,32 @@ impl Filesystem for FuseFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        // Under KILLPRIV_V2 the kernel leaves set-id to us and FALLOCATE
+        // carries no flag for it: ask about the caller's CAP_FSETID.
+        let kill = self.killpriv_v2 && crate::caps::lacks_fsetid(req.pid(), req.uid());
         Self::empty(
-            self.fs.fallocate(self.ino(ino), offset, length, mode),
+            self.fs
+                .fallocate_as(self.ino(ino), offset, length, mode, kill),
             reply,
         );
         self.fs.trim_if_due();
     }
+}
+
+/// The [`FileSystem::set_attr_invalidator`] of a mount served by
+/// `notifier`'s session (either transport: notifications go to /dev/fuse):
+/// `NOTIFY_INVAL_INODE` of the attributes only (offset -1 keeps the pages).
+pub fn attr_invalidator(
+    notifier: fuser::Notifier,
+    root: u64,
+) -> crate::filesystem::AttrInvalidator {
+    Box::new(move |ino| {
+        let id = INodeNo(if ino == root { 1 } else { ino });
+        if let Err(e) = notifier.inval_inode(id, -1, 0) {
+            // ENOENT: the kernel holds no such inode, nothing is stale.
+            tracing::debug!("invalidating the attributes of inode {ino}: {e}");
+        }
+    })
 }
 
 /// Options for [`mount_config`].

@@ -26,6 +26,7 @@
 
 pub(crate) mod alloc;
 mod bugs;
+pub mod caps;
 mod chain;
 pub mod csum;
 pub(crate) mod dir;
@@ -46,7 +47,7 @@ pub(crate) mod writes;
 pub use csum::ChecksumStore;
 pub use error::{Damage, Errno, FormatError, FsError, StoreError};
 pub use filesystem::{
-    mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
-    AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    mkfs, Attr, AttrInvalidator, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime,
+    StatFs, AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 pub use store::{DirectStore, JournalStore, Store, StoreTxn};

@@ -204,19 +204,24 @@ impl FileSystem {
         g.d.size = g.d.size.max(end);
         g.d.mtime = now;
         g.d.ctime = now;
-        if kill_priv {
-            self.kill_priv(&mut g, &mut w)?;
+        let killed = if kill_priv {
+            self.kill_priv(&mut g, &mut w)?
         } else {
             // Any write drops the file capability, privileged or not. The
             // kernel does it before a page-cache write; a direct one
             // (`FOPEN_DIRECT_IO`) reaches us without it.
             self.drop_capability(&mut g, &mut w)?;
-        }
+            false
+        };
         put_inode(&mut g, ctx.as_mut(), &mut w)?;
         if !ordered.is_empty() {
             self.sync_frees()?;
         }
         self.commit_ordered(w, ordered, ctx)?;
+        drop(g);
+        if killed {
+            self.attrs_changed_behind_kernel(ino);
+        }
         Ok(data.len() as u32)
     }
 
@@ -246,16 +251,18 @@ impl FileSystem {
     /// file's privileges (Linux's `file_remove_privs`): drop setuid, setgid
     /// when the group may execute (otherwise it marks mandatory locking),
     /// and the `security.capability` xattr. Adds the xattr block to `w`
-    /// if it changed.
-    fn kill_priv(&self, g: &mut Inode, w: &mut Writes) -> Result<(), Errno> {
+    /// if it changed. Returns whether the mode changed.
+    fn kill_priv(&self, g: &mut Inode, w: &mut Writes) -> Result<bool, Errno> {
         if g.is_dir() {
-            return Ok(());
+            return Ok(false);
         }
+        let before = g.d.mode;
         g.d.mode &= !libc::S_ISUID;
         if g.d.mode & libc::S_IXGRP != 0 {
             g.d.mode &= !libc::S_ISGID;
         }
-        self.drop_capability(g, w)
+        self.drop_capability(g, w)?;
+        Ok(g.d.mode != before)
     }
 
     /// Removes the `security.capability` xattr, if any; adds the xattr
@@ -378,8 +385,51 @@ impl FileSystem {
     }
 
     /// Preallocate (mode 0 or `FALLOC_FL_KEEP_SIZE`), punch a hole
-    /// (`PUNCH_HOLE|KEEP_SIZE`) or zero a range (`ZERO_RANGE`).
+    /// (`PUNCH_HOLE|KEEP_SIZE`) or zero a range (`ZERO_RANGE`), as a caller
+    /// without CAP_FSETID: every mode drops setuid/setgid as a write does
+    /// (see [`fallocate_as`](Self::fallocate_as)).
     pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        self.fallocate_as(ino, offset, length, mode, true)
+    }
+
+    /// [`fallocate`](Self::fallocate), saying whether the caller lacks
+    /// CAP_FSETID (`kill_priv`, see [`crate::caps::lacks_fsetid`]): like
+    /// Linux's `file_modified`, every mode then drops setuid, and setgid
+    /// when group-executable; any mode drops `security.capability`.
+    pub fn fallocate_as(
+        &self,
+        ino: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        kill_priv: bool,
+    ) -> Result<(), Errno> {
+        let killed = self.fallocate_inner(ino, offset, length, mode, kill_priv)?;
+        if killed {
+            self.attrs_changed_behind_kernel(ino);
+        }
+        Ok(())
+    }
+
+    /// Drop the privileges a modification by this caller drops; true if
+    /// the mode changed.
+    fn modified_by(&self, g: &mut Inode, kill_priv: bool, w: &mut Writes) -> Result<bool, Errno> {
+        if kill_priv {
+            self.kill_priv(g, w)
+        } else {
+            self.drop_capability(g, w)?;
+            Ok(false)
+        }
+    }
+
+    fn fallocate_inner(
+        &self,
+        ino: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        kill_priv: bool,
+    ) -> Result<bool, Errno> {
         self.writable()?;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
@@ -465,8 +515,9 @@ impl FileSystem {
             }
             g.d.mtime = now;
             g.d.ctime = now;
+            let killed = self.modified_by(&mut g, kill_priv, &mut w)?;
             put_inode(&mut g, Some(&mut ctx), &mut w)?;
-            return self.commit(w, Some(ctx));
+            return self.commit(w, Some(ctx)).map(|()| killed);
         }
         // Preallocate unwritten blocks in the holes.
         let first = offset / BS;
@@ -512,7 +563,8 @@ impl FileSystem {
             g.d.size = end;
         }
         g.d.ctime = now;
+        let killed = self.modified_by(&mut g, kill_priv, &mut w)?;
         put_inode(&mut g, Some(&mut ctx), &mut w)?;
-        self.commit(w, Some(ctx))
+        self.commit(w, Some(ctx)).map(|()| killed)
     }
 }

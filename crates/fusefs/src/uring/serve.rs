@@ -321,7 +321,11 @@ impl Handler for FsHandler {
                 offset,
                 length,
                 mode,
-            } => empty(fs.fallocate(ino, offset, length, mode)),
+            } => {
+                // No kill flag on FALLOCATE: the caller's CAP_FSETID decides.
+                let kill = self.killpriv_v2 && crate::caps::lacks_fsetid(h.pid, h.uid);
+                empty(fs.fallocate_as(ino, offset, length, mode, kill))
+            }
             Request::Lseek { offset, whence } => {
                 let what = match whence {
                     libc::SEEK_DATA => Seek::Data,
