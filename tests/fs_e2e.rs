@@ -1754,3 +1754,156 @@ fn write_only_writers_and_cached_readers_agree(t: Transport) {
 }
 
 on_both_transports!(write_only_writers_and_cached_readers_agree,);
+
+/// Run `script` with `sh -c` as uid/gid 65534 (no capabilities).
+fn sh_as_nobody(dir: &Path, script: &str) {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`{script}` as nobody failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 45 item 4: fallocate of every mode (preallocate, punch hole, zero
+/// range) and an O_DIRECT write by an unprivileged user drop setuid and
+/// setgid, and the mode the kernel shows (and exec uses) right after, with
+/// no cache drop, agrees.
+fn fallocate_and_direct_writes_by_others_drop_set_id_bits(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &["--allow-other"]);
+    std::fs::set_permissions(m._tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = m.p("suid");
+    std::fs::write(&f, vec![1u8; 64 << 10]).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    for cmd in [
+        "fallocate -l 128KiB suid",
+        "fallocate -n -o 128KiB -l 64KiB suid",
+        "fallocate -p -o 4096 -l 8192 suid",
+        "fallocate -z -o 16384 -l 8192 suid",
+        "dd if=/dev/zero of=suid bs=4096 count=1 oflag=direct conv=notrunc status=none",
+    ] {
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o6777)).unwrap();
+        assert_eq!(mode(&f), 0o6777);
+        sh_as_nobody(&m.dir, cmd);
+        assert_eq!(mode(&f), 0o0777, "after `{cmd}` as nobody");
+    }
+    // Root (CAP_FSETID) keeps them.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o6777)).unwrap();
+    sh(&m.dir, "fallocate -p -o 0 -l 4096 suid");
+    assert_eq!(mode(&f), 0o6777);
+    m.umount();
+    m.fsck();
+}
+
+/// Issue 45 item 6: a directory removed, or renamed over, while open:
+/// fstat on its descriptor succeeds with nlink 0, and creating in it fails
+/// with ENOENT.
+fn fstat_of_an_open_removed_directory(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &[]);
+    for d in ["gone", "over", "new"] {
+        std::fs::create_dir(m.p(d)).unwrap();
+    }
+    let gone = std::fs::File::open(m.p("gone")).unwrap();
+    let over = std::fs::File::open(m.p("over")).unwrap();
+    std::fs::remove_dir(m.p("gone")).unwrap();
+    std::fs::rename(m.p("new"), m.p("over")).unwrap();
+    for (name, f) in [("gone", &gone), ("over", &over)] {
+        let st = f
+            .metadata()
+            .unwrap_or_else(|e| panic!("fstat of {name}: {e}"));
+        assert!(st.is_dir());
+        assert_eq!(st.nlink(), 0, "{name}");
+        let at = CString::new("x").unwrap();
+        // SAFETY: a valid directory fd and a NUL-terminated name.
+        let r = unsafe { libc::mkdirat(f.as_raw_fd(), at.as_ptr(), 0o755) };
+        assert_eq!((r, errno_of(r)), (-1, libc::ENOENT), "mkdir in {name}");
+    }
+    drop((gone, over));
+    m.umount();
+    m.fsck();
+}
+
+/// `name_to_handle_at` of `p`: the handle's bytes (struct file_handle).
+fn handle_of(p: &Path) -> Vec<u8> {
+    let c = cstr(p);
+    let mut buf = vec![0u8; 8 + 128];
+    buf[..4].copy_from_slice(&128u32.to_ne_bytes());
+    let mut mount_id = 0i32;
+    // SAFETY: buf holds a file_handle with room for 128 bytes of handle.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "name_to_handle_at: {}",
+        std::io::Error::last_os_error()
+    );
+    buf
+}
+
+/// `open_by_handle_at` through the mount at `dir`: the file's contents, or
+/// the errno.
+fn read_by_handle(dir: &Path, handle: &[u8]) -> Result<Vec<u8>, i32> {
+    let mnt = std::fs::File::open(dir).unwrap();
+    let mut h = handle.to_vec();
+    // SAFETY: `h` is a file_handle from name_to_handle_at.
+    let fd = unsafe { libc::open_by_handle_at(mnt.as_raw_fd(), h.as_mut_ptr().cast(), 0) };
+    if fd < 0 {
+        return Err(errno_of(fd));
+    }
+    // SAFETY: fd is ours, open; the File owns it from here.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut out = Vec::new();
+    f.read_to_end(&mut out).unwrap();
+    Ok(out)
+}
+
+/// Issue 45 item 8: file handles (NFS export) work after the kernel
+/// dropped the inode and across a remount; a deleted file's handle is
+/// ESTALE.
+fn file_handles_survive_cache_drops_and_remounts(t: Transport) {
+    require_fuse!();
+    require_transport!(t);
+    let mut m = Mounted::on(t, "64M", &[]);
+    std::fs::create_dir(m.p("d")).unwrap();
+    std::fs::write(m.p("d/f"), b"by handle").unwrap();
+    std::fs::write(m.p("d/doomed"), b"x").unwrap();
+    let h = handle_of(&m.p("d/f"));
+    let doomed = handle_of(&m.p("d/doomed"));
+    assert_eq!(read_by_handle(&m.dir, &h).unwrap(), b"by handle");
+    drop_caches();
+    assert_eq!(read_by_handle(&m.dir, &h).unwrap(), b"by handle");
+    std::fs::remove_file(m.p("d/doomed")).unwrap();
+    drop_caches();
+    assert_eq!(read_by_handle(&m.dir, &doomed), Err(libc::ESTALE));
+    m.umount();
+    m.mount();
+    assert_eq!(read_by_handle(&m.dir, &h).unwrap(), b"by handle");
+    m.umount();
+    m.fsck();
+}
+
+on_both_transports!(
+    fallocate_and_direct_writes_by_others_drop_set_id_bits,
+    fstat_of_an_open_removed_directory,
+    file_handles_survive_cache_drops_and_remounts,
+);

@@ -135,3 +135,56 @@ fn open_directory_removed_or_renamed_over_stays_usable_until_released() {
     drop(fs);
     fsck_clean(&dev);
 }
+
+/// Item 8: what file handles need. `.` looks any inode up by its number
+/// (files too), `..` a directory's parent; a number that is no inode is
+/// ENOENT (the kernel's ESTALE); an inode number reused after a delete has
+/// a new generation, and numbers and generations survive a remount.
+#[test]
+fn lookup_by_node_id_and_generations_for_file_handles() {
+    let (dev, fs) = fresh(4096);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, ME).unwrap();
+    let f = fs.create(d.ino, b"f", 0o644, ME).unwrap();
+    fs.release(f.ino).unwrap();
+    assert_eq!(fs.lookup(f.ino, b".").unwrap(), f);
+    assert_eq!(fs.lookup(d.ino, b"..").unwrap().ino, root);
+    assert_eq!(fs.lookup(root, b"..").unwrap().ino, root);
+    assert_eq!(fs.lookup(f.ino, b"..").err(), Some(Errno::ENOTDIR));
+    // Not an inode: a data block, past the end, the superblock.
+    fs.write(f.ino, 0, &[7u8; 4096]).unwrap();
+    for bogus in [0, 1, 1 << 40, u64::MAX] {
+        assert_eq!(fs.lookup(bogus, b".").err(), Some(Errno::ENOENT), "{bogus}");
+    }
+    // After a remount (nothing cached) the same numbers and generations.
+    fs.close().unwrap();
+    drop(fs);
+    let fs = remount(&dev);
+    let again = fs.lookup(f.ino, b".").unwrap();
+    assert_eq!((again.ino, again.generation), (f.ino, f.generation));
+    assert_eq!(fs.lookup(d.ino, b".").unwrap().generation, d.generation);
+    assert_eq!(fs.lookup(d.ino, b"..").unwrap().ino, root);
+    // Deleted: gone; its number reused by a new inode gets a new generation.
+    fs.unlink(d.ino, b"f").unwrap();
+    assert_eq!(fs.lookup(f.ino, b".").err(), Some(Errno::ENOENT));
+    let mut reused = None;
+    for i in 0..64 {
+        let g = fs
+            .create(d.ino, format!("g{i}").as_bytes(), 0o644, ME)
+            .unwrap();
+        fs.release(g.ino).unwrap();
+        if g.ino == f.ino {
+            reused = Some(g);
+            break;
+        }
+    }
+    let g = reused.expect("the freed inode number is reused");
+    assert_ne!(g.generation, f.generation);
+    fs.close().unwrap();
+    drop(fs);
+    let fs = remount(&dev);
+    assert_eq!(fs.lookup(g.ino, b".").unwrap().generation, g.generation);
+    fs.close().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}

@@ -115,18 +115,24 @@ impl FileSystem {
         Ok(())
     }
 
-    /// Look `name` up in directory `parent`.
+    /// Look `name` up in directory `parent`. `.` is `parent` itself, of
+    /// any type, and `..` a directory's parent: the kernel looks an inode
+    /// up by node id that way when it opens a file handle (export support:
+    /// `open_by_handle_at`, NFS) whose inode it no longer caches. A number
+    /// that is no inode (any more) is ENOENT, which the kernel turns into
+    /// ESTALE; a reused one has another generation, which the kernel
+    /// compares with the handle's.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, Errno> {
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
         let ino = {
             let mut p = self.lock(parent)?;
-            self.ensure_dir(&mut p)?;
             if name == b"." {
                 p.lookups += 1;
                 return Ok(p.attr());
             }
+            self.ensure_dir(&mut p)?;
             if name == b".." {
                 p.d.parent
             } else {
