@@ -20,7 +20,7 @@
 //! fallocate), `xattr`, `symlink`, `seek`, `tmpfile`, and `mkfs`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
@@ -37,6 +37,7 @@ mod data;
 mod icache;
 mod inode_io;
 mod mkfs;
+mod modes;
 mod namespace;
 mod open;
 mod rename;
@@ -48,6 +49,7 @@ mod xattr;
 
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
 pub use mkfs::{mkfs, MkfsOptions};
+pub use modes::SyncMode;
 use namespace::{check_name, dir_add, dir_add_at, dir_need, put_dir_block, touch_dir};
 pub use seek::Seek;
 pub use trim::{AUTO_TRIM_BLOCKS, FITRIM};
@@ -230,6 +232,10 @@ pub struct FileSystem {
     /// Tells the kernel an inode's cached attributes are stale (see
     /// [`FileSystem::set_attr_invalidator`]).
     attr_invalidator: OnceLock<AttrInvalidator>,
+    /// Switched read-only (see `modes.rs`).
+    read_only: AtomicBool,
+    /// A [`SyncMode`] as a number.
+    sync_mode: AtomicU8,
 }
 
 /// A transport's way to drop the kernel's cached attributes of an inode
@@ -313,6 +319,8 @@ impl FileSystem {
             trimming: AtomicBool::new(false),
             auto_trim: AtomicBool::new(true),
             attr_invalidator: OnceLock::new(),
+            read_only: AtomicBool::new(false),
+            sync_mode: AtomicU8::new(0),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -424,7 +432,10 @@ impl FileSystem {
     }
 
     fn writable(&self) -> Result<(), Errno> {
-        if self.failed.load(Ordering::Relaxed) || self.closed.load(Ordering::Relaxed) {
+        if self.failed.load(Ordering::Relaxed)
+            || self.closed.load(Ordering::Relaxed)
+            || self.read_only.load(Ordering::Relaxed)
+        {
             return Err(Errno::EROFS);
         }
         Ok(())
@@ -470,7 +481,10 @@ impl FileSystem {
                     }
                     ctx.commit();
                 }
-                Ok(())
+                self.after_commit().inspect_err(|e| {
+                    tracing::error!("sync mode: commit failed, file system is now read-only: {e}");
+                    self.failed.store(true, Ordering::SeqCst);
+                })
             }
             Err(e) => {
                 // Like ext4's errors=remount-ro: this operation fails with

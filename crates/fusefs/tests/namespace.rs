@@ -188,3 +188,144 @@ fn lookup_by_node_id_and_generations_for_file_handles() {
     drop(fs);
     fsck_clean(&dev);
 }
+
+/// A store that counts `sync` calls (durability points).
+struct CountingStore {
+    inner: DirectStore,
+    syncs: std::sync::atomic::AtomicU64,
+}
+
+impl CountingStore {
+    fn syncs(&self) -> u64 {
+        self.syncs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Store for CountingStore {
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), ptsd_fs::StoreError> {
+        self.inner.read(blk, buf)
+    }
+    fn begin(&self) -> Box<dyn ptsd_fs::StoreTxn + '_> {
+        self.inner.begin()
+    }
+    fn sync(&self) -> Result<(), ptsd_fs::StoreError> {
+        self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.sync()
+    }
+    fn checkpoint(&self) -> Result<(), ptsd_fs::StoreError> {
+        self.inner.checkpoint()
+    }
+    fn write_super(&self, block: &[u8]) -> Result<(), ptsd_fs::StoreError> {
+        self.inner.write_super(block)
+    }
+    fn close(&self) -> Result<(), ptsd_fs::StoreError> {
+        self.inner.close()
+    }
+    fn describe(&self) -> String {
+        "counting".into()
+    }
+}
+
+/// Item 9, core side: `sync` makes every change durable before it returns,
+/// `dirsync` every directory change (and only those), the default none.
+#[test]
+fn sync_and_dirsync_modes_commit_before_returning() {
+    use ptsd_fs::filesystem::SyncMode;
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 4096).unwrap());
+    let store = Arc::new(CountingStore {
+        inner: DirectStore::new(dev.clone()).unwrap(),
+        syncs: 0.into(),
+    });
+    mkfs(&*store, &MkfsOptions::default()).unwrap();
+    let fs = FileSystem::mount(store.clone()).unwrap();
+    let root = fs.root();
+    // What each kind of change costs in syncs under a mode.
+    let mut n = 0;
+    let mut run = |mode: SyncMode| -> (u64, u64, u64) {
+        fs.set_sync_mode(mode);
+        n += 1;
+        let s0 = store.syncs();
+        let f = fs
+            .create(root, format!("f{n}").as_bytes(), 0o644, ME)
+            .unwrap()
+            .ino;
+        fs.rename(
+            root,
+            format!("f{n}").as_bytes(),
+            root,
+            format!("g{n}").as_bytes(),
+            0,
+        )
+        .unwrap();
+        let s1 = store.syncs();
+        fs.write(f, 0, b"data").unwrap();
+        fs.setxattr(f, b"user.a", b"v", 0).unwrap();
+        let s2 = store.syncs();
+        fs.unlink(root, format!("g{n}").as_bytes()).unwrap();
+        let s3 = store.syncs();
+        fs.release(f).unwrap();
+        (s1 - s0, s2 - s1, s3 - s2)
+    };
+    assert_eq!(run(SyncMode::Async), (0, 0, 0));
+    assert_eq!(
+        run(SyncMode::Dirs),
+        (2, 0, 1),
+        "dirsync: directory changes only"
+    );
+    let (dirs, data, unlink) = run(SyncMode::All);
+    assert!(dirs >= 2 && data >= 2 && unlink >= 1, "sync: every change");
+    assert_eq!(fs.sync_mode(), SyncMode::All);
+}
+
+/// Item 9, core side: switched read-only, every change is EROFS and
+/// nothing changes; reads still work; switched back, changes work again.
+#[test]
+fn read_only_switch_refuses_every_change_and_switches_back() {
+    let (dev, fs) = fresh(4096);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, ME).unwrap().ino;
+    let f = fs.create(root, b"f", 0o644, ME).unwrap().ino;
+    fs.write(f, 0, b"before").unwrap();
+    fs.set_read_only(true);
+    assert!(fs.is_read_only());
+    let rofs = Some(Errno::EROFS);
+    assert_eq!(fs.create(root, b"n", 0o644, ME).err(), rofs);
+    assert_eq!(fs.mkdir(root, b"n", 0o755, ME).err(), rofs);
+    assert_eq!(
+        fs.mknod(root, b"n", libc::S_IFIFO | 0o644, 0, ME).err(),
+        rofs
+    );
+    assert_eq!(fs.symlink(root, b"n", b"t", ME).err(), rofs);
+    assert_eq!(fs.link(f, root, b"n").err(), rofs);
+    assert_eq!(fs.tmpfile(root, 0o600, ME).err(), rofs);
+    assert_eq!(fs.unlink(root, b"f").err(), rofs);
+    assert_eq!(fs.rmdir(root, b"d").err(), rofs);
+    assert_eq!(fs.rename(root, b"f", root, b"g", 0).err(), rofs);
+    assert_eq!(fs.write(f, 0, b"x").err(), rofs);
+    assert_eq!(fs.fallocate(f, 0, 4096, 0).err(), rofs);
+    let chmod = ptsd_fs::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    assert_eq!(fs.setattr(f, chmod).err(), rofs);
+    assert_eq!(fs.setxattr(f, b"user.a", b"v", 0).err(), rofs);
+    assert_eq!(fs.removexattr(f, b"user.a").err(), rofs);
+    // Reads work.
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"before");
+    assert_eq!(fs.lookup(root, b"d").unwrap().ino, d);
+    assert_eq!(fs.readdir(root, 0, 100).unwrap().len(), 4);
+    fs.set_read_only(false);
+    assert!(!fs.is_read_only());
+    fs.write(f, 0, b"after!").unwrap();
+    fs.rename(root, b"f", root, b"g", 0).unwrap();
+    fs.release(f).unwrap();
+    fs.close().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = remount(&dev);
+    let g = fs.lookup(root, b"g").unwrap().ino;
+    assert_eq!(fs.read(g, 0, 100).unwrap(), b"after!");
+}

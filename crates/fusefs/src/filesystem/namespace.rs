@@ -290,6 +290,7 @@ impl FileSystem {
             self.forget_freed(ino);
             return Err(e);
         }
+        self.after_dir_change()?;
         Ok(attr)
     }
 
@@ -391,6 +392,7 @@ impl FileSystem {
             i.attr()
         };
         self.commit(w, Some(ctx))?;
+        self.after_dir_change()?;
         Ok(attr)
     }
 
@@ -508,7 +510,7 @@ impl FileSystem {
             for f in freed {
                 self.forget_freed(f);
             }
-            return Ok(());
+            return self.after_dir_change();
         }
     }
 

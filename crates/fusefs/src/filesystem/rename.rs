@@ -166,7 +166,7 @@ impl FileSystem {
                     put_inode(p, None, &mut w)?;
                 }
                 self.commit(w, None)?;
-                return Ok(());
+                return self.after_dir_change();
             }
             // Plain rename, perhaps replacing `dst`.
             let mut frees = Vec::new();
@@ -224,7 +224,7 @@ impl FileSystem {
                 for f in freed {
                     self.forget_freed(f);
                 }
-                return Ok(());
+                return self.after_dir_change();
             }
             // Within one directory the entry keeps its readdir position: a
             // new one would put it after every reader's cookie again, and a
@@ -243,7 +243,7 @@ impl FileSystem {
                 &mut held, src.ino, src_dir, parent, newparent, now, &mut ctx, &mut w,
             )?;
             self.commit(w, Some(ctx))?;
-            return Ok(());
+            return self.after_dir_change();
         }
     }
 
