@@ -40,6 +40,7 @@ mod mkfs;
 mod modes;
 mod namespace;
 mod open;
+mod posix_acl;
 mod rename;
 mod seek;
 mod symlink;

@@ -35,7 +35,10 @@ pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
     .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
     // File handles (open_by_handle_at, NFS) of inodes the kernel dropped:
     // it looks them up by node id as "." (see `FileSystem::lookup`).
-    .union(InitFlags::FUSE_EXPORT_SUPPORT);
+    .union(InitFlags::FUSE_EXPORT_SUPPORT)
+    // The kernel checks permissions against POSIX ACLs (as on ext4) and
+    // leaves applying the umask, or a default ACL instead, to us.
+    .union(InitFlags::FUSE_POSIX_ACL);
 
 pub use crate::openflags::{
     direct_writes_coherent, open_reply_flags, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
@@ -299,11 +302,12 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         self.entry(
-            self.fs.mknod(
+            self.fs.mknod_umask(
                 self.ino(parent),
                 name.as_bytes(),
-                mode & !umask,
+                mode,
                 rdev,
+                umask,
                 caller(req),
             ),
             reply,
@@ -320,12 +324,8 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         self.entry(
-            self.fs.mkdir(
-                self.ino(parent),
-                name.as_bytes(),
-                mode & !umask,
-                caller(req),
-            ),
+            self.fs
+                .mkdir_umask(self.ino(parent), name.as_bytes(), mode, umask, caller(req)),
             reply,
         );
     }
@@ -664,12 +664,10 @@ impl Filesystem for FuseFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.fs.create(
-            self.ino(parent),
-            name.as_bytes(),
-            mode & !umask,
-            caller(req),
-        ) {
+        match self
+            .fs
+            .create_umask(self.ino(parent), name.as_bytes(), mode, umask, caller(req))
+        {
             Ok(a) => reply.created(
                 &TTL,
                 &self.attr(&a),

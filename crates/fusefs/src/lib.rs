@@ -24,6 +24,7 @@
 //! fs.close().unwrap();
 //! ```
 
+pub mod acl;
 pub(crate) mod alloc;
 mod bugs;
 pub mod caps;

@@ -367,6 +367,8 @@ impl FileSystem {
         }
         if let Some(mode) = set.mode {
             g.d.mode = (g.d.mode & S_IFMT) | (mode & !S_IFMT);
+            // An access ACL's mask follows the mode (posix_acl.rs).
+            self.acl_chmod(&mut g, &mut w)?;
         }
         let resolve = |t: SetTime| match t {
             SetTime::At(t) => t,

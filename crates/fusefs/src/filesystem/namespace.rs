@@ -207,6 +207,7 @@ impl FileSystem {
         who: Caller,
         symlink: Option<&[u8]>,
         open: bool,
+        umask: u32,
     ) -> Result<Attr, Errno> {
         self.writable()?;
         check_name(name)?;
@@ -231,7 +232,10 @@ impl FileSystem {
             return Err(Errno::EMLINK);
         }
         let long = symlink.is_some_and(|t| symlink::is_long(t.len()));
-        let need = 1 + u64::from(long) + dir_need(&mut p, name.len());
+        // The directory's default ACL, or else the umask, masks the mode.
+        let inherited = self.inherit(&mut p, mode, umask)?;
+        let mode = inherited.mode;
+        let need = 1 + u64::from(long) + dir_need(&mut p, name.len()) + inherited.blocks();
         // A directory starts in a group of its own choosing; anything else
         // goes next to its directory.
         let goal = if is_dir {
@@ -257,12 +261,13 @@ impl FileSystem {
         }
         let mut node = self.new_inode(ino, mode, who, if is_dir { ino } else { parent }, now);
         node.d.rdev = rdev;
+        let mut w = Writes::new();
+        inherited.apply(&mut node, &mut ctx, &mut w)?;
         if is_dir {
             node.d.nlink = 2;
             node.d.parent = parent;
             node.dir = Some(DirIndex::new());
         }
-        let mut w = Writes::new();
         if let Some(t) = symlink {
             node.d.symlink = t.to_vec();
             if long {
@@ -294,7 +299,9 @@ impl FileSystem {
         Ok(attr)
     }
 
-    /// Create a node (regular file, fifo, socket, device).
+    /// Create a node (regular file, fifo, socket, device) with `mode` as
+    /// given (already masked by the umask) unless the directory has a
+    /// default ACL (see [`mknod_umask`](Self::mknod_umask)).
     pub fn mknod(
         &self,
         parent: u64,
@@ -303,30 +310,90 @@ impl FileSystem {
         rdev: u32,
         who: Caller,
     ) -> Result<Attr, Errno> {
+        self.mknod_umask(parent, name, mode, rdev, 0, who)
+    }
+
+    /// [`mknod`](Self::mknod) of a requested `mode` not yet masked, and
+    /// the caller's `umask`, as FUSE sends them with `FUSE_POSIX_ACL`
+    /// (the kernel then masks nothing itself): a default ACL on the
+    /// directory masks the mode and is inherited (the umask is ignored, as
+    /// on ext4); without one the umask applies.
+    pub fn mknod_umask(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
         let t = mode & S_IFMT;
         let mode = if t == 0 { mode | S_IFREG } else { mode };
         if mode & S_IFMT == S_IFDIR || mode & S_IFMT == S_IFLNK {
             return Err(Errno::EINVAL);
         }
-        self.create_node(parent, name, mode, rdev, who, None, false)
+        self.create_node(parent, name, mode, rdev, who, None, false, umask)
     }
 
     /// Create and open a regular file.
     pub fn create(&self, parent: u64, name: &[u8], mode: u32, who: Caller) -> Result<Attr, Errno> {
-        self.create_node(parent, name, (mode & !S_IFMT) | S_IFREG, 0, who, None, true)
+        self.create_umask(parent, name, mode, 0, who)
+    }
+
+    /// [`create`](Self::create) with the umask apart (see
+    /// [`mknod_umask`](Self::mknod_umask)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions};
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// let me = Caller::default();
+    /// let f = fs.create_umask(fs.root(), b"f", 0o666, 0o022, me).unwrap();
+    /// assert_eq!(f.mode & 0o777, 0o644);
+    /// // Under a default ACL (user::rwx group::r-x other::---) the ACL
+    /// // masks the mode instead: 0o666 becomes 0o640.
+    /// let d = fs.mkdir(fs.root(), b"d", 0o755, me).unwrap().ino;
+    /// let acl = ptsd_fs::acl::Acl::from_mode(0o750).encode();
+    /// fs.setxattr(d, b"system.posix_acl_default", &acl, 0).unwrap();
+    /// let g = fs.create_umask(d, b"g", 0o666, 0o022, me).unwrap();
+    /// assert_eq!(g.mode & 0o777, 0o640);
+    /// # fs.release(f.ino).unwrap();
+    /// # fs.release(g.ino).unwrap();
+    /// ```
+    pub fn create_umask(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
+        let mode = (mode & !S_IFMT) | S_IFREG;
+        self.create_node(parent, name, mode, 0, who, None, true, umask)
     }
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, who: Caller) -> Result<Attr, Errno> {
-        self.create_node(
-            parent,
-            name,
-            (mode & !S_IFMT) | S_IFDIR,
-            0,
-            who,
-            None,
-            false,
-        )
+        self.mkdir_umask(parent, name, mode, 0, who)
+    }
+
+    /// [`mkdir`](Self::mkdir) with the umask apart (see
+    /// [`mknod_umask`](Self::mknod_umask)); the new directory also
+    /// inherits the default ACL as its own.
+    pub fn mkdir_umask(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
+        let mode = (mode & !S_IFMT) | S_IFDIR;
+        self.create_node(parent, name, mode, 0, who, None, false, umask)
     }
 
     /// Create a symlink.
@@ -337,7 +404,16 @@ impl FileSystem {
         target: &[u8],
         who: Caller,
     ) -> Result<Attr, Errno> {
-        self.create_node(parent, name, S_IFLNK | 0o777, 0, who, Some(target), false)
+        self.create_node(
+            parent,
+            name,
+            S_IFLNK | 0o777,
+            0,
+            who,
+            Some(target),
+            false,
+            0,
+        )
     }
 
     /// Add a hard link `newparent/newname` to `ino`.

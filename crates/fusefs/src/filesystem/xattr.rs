@@ -55,7 +55,12 @@ impl FileSystem {
         if value.len() > u16::MAX as usize {
             return Err(Errno::E2BIG);
         }
-        let mut g = self.lock(ino)?;
+        let g = self.lock(ino)?;
+        if name == crate::acl::ACCESS || name == crate::acl::DEFAULT {
+            // Validated, and kept consistent with the mode (posix_acl.rs).
+            return self.set_acl(g, name, value, flags);
+        }
+        let mut g = g;
         self.ensure_xattrs(&mut g)?;
         let map = g.xattrs.as_ref().ok_or(Errno::EIO)?;
         let exists = map.contains_key(name);

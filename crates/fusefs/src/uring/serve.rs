@@ -231,9 +231,9 @@ impl Handler for FsHandler {
                 mode,
                 umask,
                 rdev,
-            } => self.entry(fs.mknod(ino, name, mode & !umask, rdev, who)),
+            } => self.entry(fs.mknod_umask(ino, name, mode, rdev, umask, who)),
             Request::Mkdir { name, mode, umask } => {
-                self.entry(fs.mkdir(ino, name, mode & !umask, who))
+                self.entry(fs.mkdir_umask(ino, name, mode, umask, who))
             }
             Request::Unlink { name } => empty(fs.unlink(ino, name)),
             Request::Rmdir { name } => empty(fs.rmdir(ino, name)),
@@ -307,9 +307,9 @@ impl Handler for FsHandler {
                 mode,
                 umask,
                 flags,
-            } => self.created(fs.create(ino, name, mode & !umask, who), flags),
+            } => self.created(fs.create_umask(ino, name, mode, umask, who), flags),
             Request::Tmpfile { mode, umask, flags } => {
-                self.created(fs.tmpfile(ino, mode & !umask, who), flags)
+                self.created(fs.tmpfile_umask(ino, mode, umask, who), flags)
             }
             Request::Destroy => {
                 if let Err(e) = fs.close() {
