@@ -432,6 +432,13 @@ impl FileSystem {
         }
     }
 
+    /// Whether transactions may still be written: not stopped by a failure
+    /// nor closed (a read-only switch refuses changes, see `writable`, but
+    /// internal cleanup may go on).
+    fn can_commit(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed) && !self.closed.load(Ordering::Relaxed)
+    }
+
     fn writable(&self) -> Result<(), Errno> {
         if self.failed.load(Ordering::Relaxed)
             || self.closed.load(Ordering::Relaxed)

@@ -289,7 +289,16 @@ fn read_only_switch_refuses_every_change_and_switches_back() {
     let d = fs.mkdir(root, b"d", 0o755, ME).unwrap().ino;
     let f = fs.create(root, b"f", 0o644, ME).unwrap().ino;
     fs.write(f, 0, b"before").unwrap();
+    // Open and unlinked before the switch: its last close, while read-only,
+    // still frees it (no orphan left for fsck).
+    let gone = fs.create(root, b"gone", 0o644, ME).unwrap().ino;
+    fs.write(gone, 0, &[1u8; 8192]).unwrap();
+    fs.unlink(root, b"gone").unwrap();
+    let free = fs.statfs().bfree;
     fs.set_read_only(true);
+    fs.release(gone).unwrap();
+    assert_eq!(fs.getattr(gone).err(), Some(Errno::ENOENT));
+    assert_eq!(fs.statfs().bfree, free + 3, "inode and two data blocks");
     assert!(fs.is_read_only());
     let rofs = Some(Errno::EROFS);
     assert_eq!(fs.create(root, b"n", 0o644, ME).err(), rofs);

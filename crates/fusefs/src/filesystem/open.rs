@@ -80,7 +80,11 @@ impl FileSystem {
                 }
                 return Ok(());
             }
-            if self.writable().is_err() {
+            // Switched read-only, the last close of an unlinked file still
+            // frees it (as ext4 finishes its orphans on a read-only
+            // mount): nothing the user can see changes, and the image
+            // stays without orphans.
+            if !self.can_commit() {
                 return Ok(());
             }
             // Last close of an unlinked file: free it and its orphan entry.
