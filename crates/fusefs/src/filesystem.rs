@@ -76,6 +76,8 @@ const S_IFLNK: u32 = libc::S_IFLNK;
 pub const RENAME_NOREPLACE: u32 = 1;
 /// `rename` flag: swap source and target.
 pub const RENAME_EXCHANGE: u32 = 2;
+/// `rename` flag: leave a whiteout (character device 0:0) at the source.
+pub const RENAME_WHITEOUT: u32 = 4;
 
 /// An inode as kept in memory.
 pub(crate) struct Inode {

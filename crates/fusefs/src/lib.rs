@@ -49,6 +49,6 @@ pub use csum::ChecksumStore;
 pub use error::{Damage, Errno, FormatError, FsError, StoreError};
 pub use filesystem::{
     mkfs, Attr, AttrInvalidator, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime,
-    StatFs, AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    StatFs, AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT,
 };
 pub use store::{DirectStore, JournalStore, Store, StoreTxn};

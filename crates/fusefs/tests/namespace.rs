@@ -338,3 +338,47 @@ fn read_only_switch_refuses_every_change_and_switches_back() {
     let g = fs.lookup(root, b"g").unwrap().ino;
     assert_eq!(fs.read(g, 0, 100).unwrap(), b"after!");
 }
+
+/// RENAME_WHITEOUT (what overlayfs asks of its upper layer): the source
+/// name becomes a character device 0:0 in the same transaction, within a
+/// directory, across directories and over an existing target; with
+/// RENAME_EXCHANGE it is EINVAL.
+#[test]
+fn rename_whiteout_leaves_a_whiteout_at_the_source() {
+    use ptsd_fs::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
+    let (dev, fs) = fresh(4096);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, ME).unwrap().ino;
+    let mut files = Vec::new();
+    for n in [&b"a"[..], b"b", b"c"] {
+        let f = fs.create(root, n, 0o644, ME).unwrap().ino;
+        fs.release(f).unwrap();
+        files.push(f);
+    }
+    let is_whiteout = |dir: u64, name: &[u8]| {
+        let a = fs.lookup(dir, name).unwrap();
+        a.mode == libc::S_IFCHR && a.rdev == 0 && a.nlink == 1
+    };
+    assert_eq!(
+        fs.rename(root, b"a", root, b"x", RENAME_WHITEOUT | RENAME_EXCHANGE),
+        Err(Errno::EINVAL)
+    );
+    fs.rename(root, b"a", root, b"a2", RENAME_WHITEOUT).unwrap();
+    assert!(is_whiteout(root, b"a"));
+    assert_eq!(fs.lookup(root, b"a2").unwrap().ino, files[0]);
+    fs.rename(root, b"b", d, b"b", RENAME_WHITEOUT | RENAME_NOREPLACE)
+        .unwrap();
+    assert!(is_whiteout(root, b"b"));
+    assert_eq!(fs.lookup(d, b"b").unwrap().ino, files[1]);
+    // Over an existing target (which is freed).
+    fs.rename(root, b"c", d, b"b", RENAME_WHITEOUT).unwrap();
+    assert!(is_whiteout(root, b"c"));
+    assert_eq!(fs.lookup(d, b"b").unwrap().ino, files[2]);
+    assert_eq!(fs.getattr(files[1]).err(), Some(Errno::ENOENT));
+    assert_eq!(fs.readdir(root, 2, 100).unwrap().len(), 5, "d a a2 b c");
+    fs.close().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = remount(&dev);
+    assert_eq!(fs.lookup(root, b"c").unwrap().mode, libc::S_IFCHR);
+}
