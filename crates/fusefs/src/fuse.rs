@@ -20,7 +20,15 @@ pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_ASYNC_DIO)
-    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+    // File handles (open_by_handle_at, NFS) of inodes the kernel dropped:
+    // it looks them up by node id as "." (see `FileSystem::lookup`).
+    .union(InitFlags::FUSE_EXPORT_SUPPORT)
+    // The kernel checks permissions against POSIX ACLs (as on ext4), and
+    // with DONT_MASK leaves applying the umask, or a default ACL instead,
+    // to us (it passes the umask apart).
+    .union(InitFlags::FUSE_POSIX_ACL)
+    .union(InitFlags::FUSE_DONT_MASK);
 
 pub use crate::openflags::{
     direct_writes_coherent, open_reply_flags, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
