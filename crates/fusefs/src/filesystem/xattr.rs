@@ -132,7 +132,11 @@ impl FileSystem {
 
     /// Change `g`'s xattrs to `map` in one transaction, allocating or
     /// freeing blocks as the set's size asks.
-    pub(super) fn replace_xattrs(&self, g: &mut Inode, map: BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), Errno> {
+    pub(super) fn replace_xattrs(
+        &self,
+        g: &mut Inode,
+        map: BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<(), Errno> {
         let need = xattr_chain::blocks_needed(&map).ok_or(Errno::ENOSPC)?;
         let have = Self::xattr_blocks(g);
         let frees: Vec<(u64, u64)> = have.iter().skip(need).map(|&b| (b, 1)).collect();

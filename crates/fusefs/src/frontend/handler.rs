@@ -1,7 +1,8 @@
 //! The file system's [`Handler`]: each FUSE request becomes one
 //! [`FileSystem`] call, whichever transport brought it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::proto::{
     DirBuf, EntryOut, FuseAttr, InHeader, Request, Response, SetattrIn, StatfsOut, TimeOrNow,
@@ -15,7 +16,9 @@ use crate::format::Ts;
 pub struct FsHandler {
     fs: Arc<FileSystem>,
     root: u64,
-    notifier: OnceLock<Notifier>,
+    /// Page ranges (node id, offset, length) direct writes replaced, for
+    /// the thread that tells the kernel (see [`Handler::connected`]).
+    stale_pages: OnceLock<Mutex<Sender<(u64, u64, u64)>>>,
 }
 
 impl FsHandler {
@@ -25,7 +28,7 @@ impl FsHandler {
         FsHandler {
             fs,
             root,
-            notifier: OnceLock::new(),
+            stale_pages: OnceLock::new(),
         }
     }
 
@@ -126,7 +129,30 @@ impl Handler for FsHandler {
                 tracing::debug!("invalidating the attributes of inode {ino}: {e}");
             }
         }));
-        let _ = self.notifier.set(notifier);
+        // A direct write's range: the kernel's cached pages of it are
+        // stale (issue 45 §2: an AIO O_DIRECT write completes without the
+        // kernel invalidating them after it). From a thread of its own: the
+        // kernel locks the pages to drop them, and a buffered reader
+        // holding one waits for a READ that the serving thread, were it
+        // the one notifying, could never answer (one thread per io_uring
+        // queue).
+        let (tx, rx) = mpsc::channel::<(u64, u64, u64)>();
+        let spawned = std::thread::Builder::new()
+            .name("ptsd-fs-inval".into())
+            .spawn(move || {
+                for (id, off, len) in rx {
+                    let (off, len) = (off as i64, len as i64);
+                    if let Err(e) = notifier.inval_inode(id, off, len) {
+                        tracing::debug!("invalidating pages of node {id}: {e}");
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = self.stale_pages.set(Mutex::new(tx));
+            }
+            Err(e) => tracing::warn!("no page invalidation after direct writes: {e}"),
+        }
     }
 
     fn handle(&self, p: &Policy, h: &InHeader, req: Request<'_>) -> Response {
@@ -193,9 +219,15 @@ impl Handler for FsHandler {
                 offset,
                 data,
                 write_flags,
+                flags,
                 ..
             } => match fs.write_as(ino, offset, data, p.write_kills_suidgid(write_flags)) {
-                Ok(n) => Response::Written(n),
+                Ok(n) => {
+                    if flags & libc::O_DIRECT as u32 != 0 && n > 0 {
+                        self.pages_stale(h.nodeid, offset, u64::from(n));
+                    }
+                    Response::Written(n)
+                }
                 Err(e) => Response::Error(e.0),
             },
             Request::Statfs => {
@@ -286,6 +318,18 @@ impl FsHandler {
             kill_priv: p.setattr_kills_priv(&s),
         };
         self.attr_reply(p, self.fs.setattr(ino, set))
+    }
+
+    /// The kernel's cached pages of `[offset, offset + len)` of node `id`
+    /// are stale: have them dropped (shortly after, from the notifying
+    /// thread).
+    fn pages_stale(&self, id: u64, offset: u64, len: u64) {
+        if let Some(tx) = self.stale_pages.get() {
+            let _ = tx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send((id, offset, len));
+        }
     }
 
     /// The reply to CREATE or TMPFILE of a file opened with `open_flags`.
