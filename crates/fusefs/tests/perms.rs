@@ -236,3 +236,35 @@ fn default_acls_are_inherited_instead_of_the_umask() {
     fs.release(t.ino).unwrap();
     fs.close().unwrap();
 }
+
+/// The merge of items 7 and 10: ACLs of a file whose xattrs take a chain
+/// of blocks (setfacl, chmod rewriting the mask) keep every other xattr,
+/// survive a remount, and leave an image fsck finds clean.
+#[test]
+fn acls_among_xattrs_of_many_blocks() {
+    let (dev, fs) = fresh(4096);
+    let f = fs.create(fs.root(), b"f", 0o644, ROOT).unwrap().ino;
+    fs.release(f).unwrap();
+    let name = |i: usize| format!("user.attribute.{i:05}").into_bytes();
+    for i in 0..500 {
+        fs.setxattr(f, &name(i), b"some value", 0).unwrap();
+    }
+    let blocks = fs.getattr(f).unwrap().blocks;
+    assert!(blocks > 8, "the xattrs take more than one block");
+    fs.setxattr(f, ACCESS, &acl_with_user(6, 7, 4, 5, 0).encode(), 0)
+        .unwrap();
+    assert_eq!(mode(&fs, f), 0o650);
+    chmod(&fs, f, 0o741);
+    fs.close().unwrap();
+    drop(fs);
+    let fs = FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap())).unwrap();
+    assert_eq!(acl_of(&fs, f, ACCESS), Some(acl_with_user(7, 7, 4, 4, 1)));
+    for i in 0..500 {
+        assert_eq!(fs.getxattr(f, &name(i)).unwrap(), b"some value");
+    }
+    fs.close().unwrap();
+    drop(fs);
+    let store: Arc<dyn ptsd_fs::Store> = Arc::new(DirectStore::new(dev).unwrap());
+    let r = ptsd_fs::fsck::check(store, false).unwrap();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+}
