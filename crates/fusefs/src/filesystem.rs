@@ -20,8 +20,8 @@
 //! fallocate), `xattr`, `symlink`, `seek`, `tmpfile`, and `mkfs`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 
@@ -37,8 +37,10 @@ mod data;
 mod icache;
 mod inode_io;
 mod mkfs;
+mod modes;
 mod namespace;
 mod open;
+mod posix_acl;
 mod rename;
 mod seek;
 mod symlink;
@@ -49,7 +51,8 @@ mod xattr;
 
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
 pub use mkfs::{mkfs, MkfsOptions};
-use namespace::{check_name, dir_add, dir_need, put_dir_block, touch_dir};
+pub use modes::SyncMode;
+use namespace::{check_name, dir_add, dir_add_at, dir_need, put_dir_block, touch_dir};
 pub use seek::Seek;
 pub use trim::{AUTO_TRIM_BLOCKS, FITRIM};
 
@@ -74,6 +77,8 @@ const S_IFLNK: u32 = libc::S_IFLNK;
 pub const RENAME_NOREPLACE: u32 = 1;
 /// `rename` flag: swap source and target.
 pub const RENAME_EXCHANGE: u32 = 2;
+/// `rename` flag: leave a whiteout (character device 0:0) at the source.
+pub const RENAME_WHITEOUT: u32 = 4;
 
 /// An inode as kept in memory.
 pub(crate) struct Inode {
@@ -232,7 +237,18 @@ pub struct FileSystem {
     trimming: AtomicBool,
     /// Freed space is discarded online and at unmount.
     auto_trim: AtomicBool,
+    /// Tells the kernel an inode's cached attributes are stale (see
+    /// [`FileSystem::set_attr_invalidator`]).
+    attr_invalidator: OnceLock<AttrInvalidator>,
+    /// Switched read-only (see `modes.rs`).
+    read_only: AtomicBool,
+    /// A [`SyncMode`] as a number.
+    sync_mode: AtomicU8,
 }
+
+/// A transport's way to drop the kernel's cached attributes of an inode
+/// (FUSE `NOTIFY_INVAL_INODE`); called with ptsd-fs inode numbers.
+pub type AttrInvalidator = Box<dyn Fn(u64) + Send + Sync>;
 
 /// Locks held by one operation, by inode number.
 struct Held {
@@ -310,6 +326,9 @@ impl FileSystem {
             free_synced: AtomicU64::new(0),
             trimming: AtomicBool::new(false),
             auto_trim: AtomicBool::new(true),
+            attr_invalidator: OnceLock::new(),
+            read_only: AtomicBool::new(false),
+            sync_mode: AtomicU8::new(0),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -386,8 +405,52 @@ impl FileSystem {
         self.store.describe()
     }
 
+    /// Install the transport's attribute invalidation (once per mount).
+    /// ptsd-fs calls it after it changed an inode's attributes in a way
+    /// the kernel does not expect from the request it sent: setuid/setgid
+    /// dropped by a write or fallocate (the kernel keeps its cached mode,
+    /// and exec would use it).
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions, SetAttr};
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// let stale = Arc::new(Mutex::new(Vec::new()));
+    /// let s = stale.clone();
+    /// fs.set_attr_invalidator(Box::new(move |ino| s.lock().unwrap().push(ino)));
+    /// let f = fs.create(fs.root(), b"f", 0o4755, Caller::default()).unwrap().ino;
+    /// fs.write_as(f, 0, b"x", true).unwrap(); // an unprivileged write
+    /// assert_eq!(*stale.lock().unwrap(), [f]);
+    /// ```
+    pub fn set_attr_invalidator(&self, f: AttrInvalidator) {
+        if self.attr_invalidator.set(f).is_err() {
+            tracing::warn!("attribute invalidator already set; keeping the first");
+        }
+    }
+
+    /// The kernel's cached attributes of `ino` are stale.
+    fn attrs_changed_behind_kernel(&self, ino: u64) {
+        if let Some(f) = self.attr_invalidator.get() {
+            f(ino);
+        }
+    }
+
+    /// Whether transactions may still be written: not stopped by a failure
+    /// nor closed (a read-only switch refuses changes, see `writable`, but
+    /// internal cleanup may go on).
+    fn can_commit(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed) && !self.closed.load(Ordering::Relaxed)
+    }
+
     fn writable(&self) -> Result<(), Errno> {
-        if self.failed.load(Ordering::Relaxed) || self.closed.load(Ordering::Relaxed) {
+        if self.failed.load(Ordering::Relaxed)
+            || self.closed.load(Ordering::Relaxed)
+            || self.read_only.load(Ordering::Relaxed)
+        {
             return Err(Errno::EROFS);
         }
         Ok(())
@@ -433,7 +496,10 @@ impl FileSystem {
                     }
                     ctx.commit();
                 }
-                Ok(())
+                self.after_commit().inspect_err(|e| {
+                    tracing::error!("sync mode: commit failed, file system is now read-only: {e}");
+                    self.failed.store(true, Ordering::SeqCst);
+                })
             }
             Err(e) => {
                 // Like ext4's errors=remount-ro: this operation fails with

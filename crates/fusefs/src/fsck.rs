@@ -462,7 +462,8 @@ fn inode(
     let is_dir = di.mode & libc::S_IFMT == libc::S_IFDIR;
     if is_dir {
         queue.push_back(e.ino);
-        if let Some(p) = tree.seen.get_mut(&dir) {
+        // A directory removed while open is no link of the orphan directory.
+        if let Some(p) = tree.seen.get_mut(&dir).filter(|_| dir != w.sb.orphan_ino) {
             p.subdirs += 1;
         }
     } else {

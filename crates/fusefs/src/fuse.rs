@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use fuser::{Config, Filesystem, InitFlags, KernelConfig, MountOption, Request, SessionACL};
 
+use crate::filesystem::{FileSystem, SyncMode};
 use crate::uring::UringInit;
 
 pub use crate::frontend::TTL;
@@ -20,7 +21,15 @@ pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_ASYNC_DIO)
-    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+    // File handles (open_by_handle_at, NFS) of inodes the kernel dropped:
+    // it looks them up by node id as "." (see `FileSystem::lookup`).
+    .union(InitFlags::FUSE_EXPORT_SUPPORT)
+    // The kernel checks permissions against POSIX ACLs (as on ext4), and
+    // with DONT_MASK leaves applying the umask, or a default ACL instead,
+    // to us (it passes the umask apart).
+    .union(InitFlags::FUSE_POSIX_ACL)
+    .union(InitFlags::FUSE_DONT_MASK);
 
 pub use crate::openflags::{
     direct_writes_coherent, open_reply_flags, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
@@ -222,6 +231,43 @@ impl MountFlags {
     /// `lazytime`): set by a remount right after the mount.
     pub fn need_remount(&self) -> bool {
         self.atime == Atime::Strictatime || self.nodiratime || self.lazytime
+    }
+
+    /// When changes become durable under these flags: `sync` every
+    /// change, `dirsync` directory changes, before they return.
+    pub fn sync_mode(&self) -> SyncMode {
+        if self.sync {
+            SyncMode::All
+        } else if self.dirsync {
+            SyncMode::Dirs
+        } else {
+            SyncMode::Async
+        }
+    }
+
+    /// Gives the file system what it enforces itself of these flags, at
+    /// mount: `ro` (EROFS for every change, whatever reaches it) and the
+    /// [`sync_mode`](Self::sync_mode). The kernel mount gets them too.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, Errno, FileSystem, MkfsOptions};
+    /// use ptsd_fs::filesystem::SyncMode;
+    /// use ptsd_fs::fuse::MountFlags;
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// let mut f = MountFlags::default();
+    /// assert!(f.apply("ro") && f.apply("dirsync"));
+    /// f.apply_to(&fs);
+    /// assert_eq!(fs.sync_mode(), SyncMode::Dirs);
+    /// assert_eq!(fs.mkdir(fs.root(), b"d", 0o755, Caller::default()).err(), Some(Errno::EROFS));
+    /// ```
+    pub fn apply_to(&self, fs: &FileSystem) {
+        fs.set_read_only(self.read_only);
+        fs.set_sync_mode(self.sync_mode());
     }
 }
 

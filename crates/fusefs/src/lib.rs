@@ -25,8 +25,10 @@
 //! fs.close().unwrap();
 //! ```
 
+pub mod acl;
 pub(crate) mod alloc;
 mod bugs;
+pub mod caps;
 mod chain;
 pub mod csum;
 pub(crate) mod dir;
@@ -49,7 +51,7 @@ pub mod xattr_chain;
 pub use csum::ChecksumStore;
 pub use error::{Damage, Errno, FsError, FsFormatError, FsStoreError};
 pub use filesystem::{
-    mkfs, Attr, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime, StatFs,
-    AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    mkfs, Attr, AttrInvalidator, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime,
+    StatFs, AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT,
 };
 pub use store::{DirectStore, JournalStore, Store, StoreTxn};

@@ -71,7 +71,12 @@ impl FileSystem {
     ) -> Result<u32, Errno> {
         self.writable()?;
         let mut g = self.lock(ino)?;
-        undo_on_error(&mut g, |g| self.write_locked(g, offset, data, kill_priv))
+        let killed = undo_on_error(&mut g, |g| self.write_locked(g, offset, data, kill_priv))?;
+        drop(g);
+        if killed {
+            self.attrs_changed_behind_kernel(ino);
+        }
+        Ok(data.len() as u32)
     }
 
     fn write_locked(
@@ -80,13 +85,13 @@ impl FileSystem {
         offset: u64,
         data: &[u8],
         kill_priv: bool,
-    ) -> Result<u32, Errno> {
+    ) -> Result<bool, Errno> {
         let ino = g.d.ino;
         if g.is_dir() {
             return Err(Errno::EISDIR);
         }
         if data.is_empty() {
-            return Ok(0);
+            return Ok(false);
         }
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > MAX_FILE_SIZE {
@@ -216,20 +221,21 @@ impl FileSystem {
         g.d.size = g.d.size.max(end);
         g.d.mtime = now;
         g.d.ctime = now;
-        if kill_priv {
-            self.kill_priv(g, &mut w)?;
+        let killed = if kill_priv {
+            self.kill_priv(g, &mut w)?
         } else {
             // Any write drops the file capability, privileged or not. The
             // kernel does it before a page-cache write; a direct one
             // (`FOPEN_DIRECT_IO`) reaches us without it.
             self.drop_capability(g, &mut w)?;
-        }
+            false
+        };
         put_inode(g, ctx.as_mut(), &mut w)?;
         if !ordered.is_empty() {
             self.sync_frees()?;
         }
         self.commit_ordered(w, ordered, ctx)?;
-        Ok(data.len() as u32)
+        Ok(killed)
     }
 
     /// Make every transaction that freed blocks durable before data goes
@@ -258,16 +264,18 @@ impl FileSystem {
     /// file's privileges (Linux's `file_remove_privs`): drop setuid, setgid
     /// when the group may execute (otherwise it marks mandatory locking),
     /// and the `security.capability` xattr. Adds the xattr block to `w`
-    /// if it changed.
-    fn kill_priv(&self, g: &mut Inode, w: &mut Writes) -> Result<(), Errno> {
+    /// if it changed. Returns whether the mode changed.
+    fn kill_priv(&self, g: &mut Inode, w: &mut Writes) -> Result<bool, Errno> {
         if g.is_dir() {
-            return Ok(());
+            return Ok(false);
         }
+        let before = g.d.mode;
         g.d.mode &= !libc::S_ISUID;
         if g.d.mode & libc::S_IXGRP != 0 {
             g.d.mode &= !libc::S_ISGID;
         }
-        self.drop_capability(g, w)
+        self.drop_capability(g, w)?;
+        Ok(g.d.mode != before)
     }
 
     /// Removes the `security.capability` xattr, if any; adds the xattr
@@ -372,6 +380,8 @@ impl FileSystem {
         }
         if let Some(mode) = set.mode {
             g.d.mode = (g.d.mode & S_IFMT) | (mode & !S_IFMT);
+            // An access ACL's mask follows the mode (posix_acl.rs).
+            self.acl_chmod(g, &mut w)?;
         }
         let resolve = |t: SetTime| match t {
             SetTime::At(t) => t,
@@ -393,8 +403,51 @@ impl FileSystem {
     /// (`PUNCH_HOLE|KEEP_SIZE`), zero a range (`ZERO_RANGE`), or remove or
     /// open a gap of whole blocks (`COLLAPSE_RANGE`, `INSERT_RANGE`, with
     /// ext4's rules: block-aligned, EINVAL for a collapse reaching EOF or
-    /// an insert at or past it).
+    /// an insert at or past it), as a caller without CAP_FSETID: every mode
+    /// drops setuid/setgid as a write does (see
+    /// [`fallocate_as`](Self::fallocate_as)).
     pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        self.fallocate_as(ino, offset, length, mode, true)
+    }
+
+    /// [`fallocate`](Self::fallocate), saying whether the caller lacks
+    /// CAP_FSETID (`kill_priv`, see [`crate::caps::lacks_fsetid`]): like
+    /// Linux's `file_modified`, every mode then drops setuid, and setgid
+    /// when group-executable; any mode drops `security.capability`.
+    pub fn fallocate_as(
+        &self,
+        ino: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        kill_priv: bool,
+    ) -> Result<(), Errno> {
+        let killed = self.fallocate_inner(ino, offset, length, mode, kill_priv)?;
+        if killed {
+            self.attrs_changed_behind_kernel(ino);
+        }
+        Ok(())
+    }
+
+    /// Drop the privileges a modification by this caller drops; true if
+    /// the mode changed.
+    fn modified_by(&self, g: &mut Inode, kill_priv: bool, w: &mut Writes) -> Result<bool, Errno> {
+        if kill_priv {
+            self.kill_priv(g, w)
+        } else {
+            self.drop_capability(g, w)?;
+            Ok(false)
+        }
+    }
+
+    fn fallocate_inner(
+        &self,
+        ino: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        kill_priv: bool,
+    ) -> Result<bool, Errno> {
         self.writable()?;
         let shift = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
         if mode & shift != 0 {
@@ -408,7 +461,9 @@ impl FileSystem {
             offset.checked_add(length).ok_or(Errno::EFBIG)?;
             let collapse = mode == libc::FALLOC_FL_COLLAPSE_RANGE;
             let mut g = self.lock(ino)?;
-            return undo_on_error(&mut g, |g| self.shift_range(g, offset, length, collapse));
+            return undo_on_error(&mut g, |g| {
+                self.shift_range(g, offset, length, collapse, kill_priv)
+            });
         }
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
@@ -430,7 +485,9 @@ impl FileSystem {
             return Err(Errno::EFBIG);
         }
         let mut g = self.lock(ino)?;
-        undo_on_error(&mut g, |g| self.fallocate_locked(g, offset, length, mode))
+        undo_on_error(&mut g, |g| {
+            self.fallocate_locked(g, offset, length, mode, kill_priv)
+        })
     }
 
     fn fallocate_locked(
@@ -439,7 +496,8 @@ impl FileSystem {
         offset: u64,
         length: u64,
         mode: i32,
-    ) -> Result<(), Errno> {
+        kill_priv: bool,
+    ) -> Result<bool, Errno> {
         let ino = g.d.ino;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
@@ -514,8 +572,9 @@ impl FileSystem {
             }
             g.d.mtime = now;
             g.d.ctime = now;
+            let killed = self.modified_by(g, kill_priv, &mut w)?;
             put_inode(g, Some(&mut ctx), &mut w)?;
-            return self.commit(w, Some(ctx));
+            return self.commit(w, Some(ctx)).map(|()| killed);
         }
         // Preallocate unwritten blocks in the holes.
         let first = offset / BS;
@@ -561,8 +620,9 @@ impl FileSystem {
             g.d.size = end;
         }
         g.d.ctime = now;
+        let killed = self.modified_by(g, kill_priv, &mut w)?;
         put_inode(g, Some(&mut ctx), &mut w)?;
-        self.commit(w, Some(ctx))
+        self.commit(w, Some(ctx)).map(|()| killed)
     }
 
     /// `COLLAPSE_RANGE` (`collapse`: remove `[offset, offset+length)` and
@@ -575,7 +635,8 @@ impl FileSystem {
         offset: u64,
         length: u64,
         collapse: bool,
-    ) -> Result<(), Errno> {
+        kill_priv: bool,
+    ) -> Result<bool, Errno> {
         if g.is_dir() {
             return Err(Errno::EISDIR);
         }
@@ -624,7 +685,8 @@ impl FileSystem {
         let now = Ts::now();
         g.d.mtime = now;
         g.d.ctime = now;
+        let killed = self.modified_by(g, kill_priv, &mut w)?;
         put_inode(g, Some(&mut ctx), &mut w)?;
-        self.commit(w, Some(ctx))
+        self.commit(w, Some(ctx)).map(|()| killed)
     }
 }

@@ -49,6 +49,19 @@ pub(super) fn dir_add(
     ctx: &mut AllocCtx<'_>,
     w: &mut Writes,
 ) -> Result<DirEnt, Errno> {
+    dir_add_at(g, name, ino, kind, None, ctx, w)
+}
+
+/// [`dir_add`] at readdir position `pos` (a free one), or the next new one.
+pub(super) fn dir_add_at(
+    g: &mut Inode,
+    name: &[u8],
+    ino: u64,
+    kind: u8,
+    pos: Option<u64>,
+    ctx: &mut AllocCtx<'_>,
+    w: &mut Writes,
+) -> Result<DirEnt, Errno> {
     let dir = g.dir.as_mut().ok_or(Errno::EIO)?;
     let blk = match dir.find_slot(name.len()) {
         Some(b) => b,
@@ -63,7 +76,11 @@ pub(super) fn dir_add(
             b
         }
     };
-    let e = g.dir.as_mut().ok_or(Errno::EIO)?.add(name, ino, kind, blk);
+    let dir = g.dir.as_mut().ok_or(Errno::EIO)?;
+    let e = match pos {
+        Some(pos) => dir.add_at(name, ino, kind, blk, pos),
+        None => dir.add(name, ino, kind, blk),
+    };
     put_dir_block(g, blk, w)?;
     Ok(e)
 }
@@ -98,18 +115,24 @@ impl FileSystem {
         Ok(())
     }
 
-    /// Look `name` up in directory `parent`.
+    /// Look `name` up in directory `parent`. `.` is `parent` itself, of
+    /// any type, and `..` a directory's parent: the kernel looks an inode
+    /// up by node id that way when it opens a file handle (export support:
+    /// `open_by_handle_at`, NFS) whose inode it no longer caches. A number
+    /// that is no inode (any more) is ENOENT, which the kernel turns into
+    /// ESTALE; a reused one has another generation, which the kernel
+    /// compares with the handle's.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, Errno> {
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
         let ino = {
             let mut p = self.lock(parent)?;
-            self.ensure_dir(&mut p)?;
             if name == b"." {
                 p.lookups += 1;
                 return Ok(p.attr());
             }
+            self.ensure_dir(&mut p)?;
             if name == b".." {
                 p.d.parent
             } else {
@@ -138,6 +161,11 @@ impl FileSystem {
         let mut g = self.lock(ino)?;
         self.ensure_dir(&mut g)?;
         let mut out = Vec::new();
+        if g.d.nlink == 0 {
+            // Removed while open: no entries, not even `.` and `..` (its
+            // parent may be gone), as Linux lists a dead directory.
+            return Ok(out);
+        }
         if offset < 1 {
             out.push(DirEntry {
                 ino,
@@ -179,6 +207,7 @@ impl FileSystem {
         who: Caller,
         symlink: Option<&[u8]>,
         open: bool,
+        umask: u32,
     ) -> Result<Attr, Errno> {
         self.writable()?;
         check_name(name)?;
@@ -203,7 +232,10 @@ impl FileSystem {
             return Err(Errno::EMLINK);
         }
         let long = symlink.is_some_and(|t| symlink::is_long(t.len()));
-        let need = 1 + u64::from(long) + dir_need(&mut p, name.len());
+        // The directory's default ACL, or else the umask, masks the mode.
+        let inherited = self.inherit(&mut p, mode, umask)?;
+        let mode = inherited.mode;
+        let need = 1 + u64::from(long) + dir_need(&mut p, name.len()) + inherited.blocks();
         // A directory starts in a group of its own choosing; anything else
         // goes next to its directory.
         let goal = if is_dir {
@@ -229,12 +261,13 @@ impl FileSystem {
         }
         let mut node = self.new_inode(ino, mode, who, if is_dir { ino } else { parent }, now);
         node.d.rdev = rdev;
+        let mut w = Writes::new();
+        inherited.apply(&mut node, &mut ctx, &mut w)?;
         if is_dir {
             node.d.nlink = 2;
             node.d.parent = parent;
             node.dir = Some(DirIndex::new());
         }
-        let mut w = Writes::new();
         if let Some(t) = symlink {
             node.d.symlink = t.to_vec();
             if long {
@@ -262,10 +295,13 @@ impl FileSystem {
             self.forget_freed(ino);
             return Err(e);
         }
+        self.after_dir_change()?;
         Ok(attr)
     }
 
-    /// Create a node (regular file, fifo, socket, device).
+    /// Create a node (regular file, fifo, socket, device) with `mode` as
+    /// given (already masked by the umask) unless the directory has a
+    /// default ACL (see [`mknod_umask`](Self::mknod_umask)).
     pub fn mknod(
         &self,
         parent: u64,
@@ -274,30 +310,90 @@ impl FileSystem {
         rdev: u32,
         who: Caller,
     ) -> Result<Attr, Errno> {
+        self.mknod_umask(parent, name, mode, rdev, 0, who)
+    }
+
+    /// [`mknod`](Self::mknod) of a requested `mode` not yet masked, and
+    /// the caller's `umask`, as FUSE sends them with `FUSE_POSIX_ACL`
+    /// (the kernel then masks nothing itself): a default ACL on the
+    /// directory masks the mode and is inherited (the umask is ignored, as
+    /// on ext4); without one the umask applies.
+    pub fn mknod_umask(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
         let t = mode & S_IFMT;
         let mode = if t == 0 { mode | S_IFREG } else { mode };
         if mode & S_IFMT == S_IFDIR || mode & S_IFMT == S_IFLNK {
             return Err(Errno::EINVAL);
         }
-        self.create_node(parent, name, mode, rdev, who, None, false)
+        self.create_node(parent, name, mode, rdev, who, None, false, umask)
     }
 
     /// Create and open a regular file.
     pub fn create(&self, parent: u64, name: &[u8], mode: u32, who: Caller) -> Result<Attr, Errno> {
-        self.create_node(parent, name, (mode & !S_IFMT) | S_IFREG, 0, who, None, true)
+        self.create_umask(parent, name, mode, 0, who)
+    }
+
+    /// [`create`](Self::create) with the umask apart (see
+    /// [`mknod_umask`](Self::mknod_umask)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions};
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// let me = Caller::default();
+    /// let f = fs.create_umask(fs.root(), b"f", 0o666, 0o022, me).unwrap();
+    /// assert_eq!(f.mode & 0o777, 0o644);
+    /// // Under a default ACL (user::rwx group::r-x other::---) the ACL
+    /// // masks the mode instead: 0o666 becomes 0o640.
+    /// let d = fs.mkdir(fs.root(), b"d", 0o755, me).unwrap().ino;
+    /// let acl = ptsd_fs::acl::Acl::from_mode(0o750).encode();
+    /// fs.setxattr(d, b"system.posix_acl_default", &acl, 0).unwrap();
+    /// let g = fs.create_umask(d, b"g", 0o666, 0o022, me).unwrap();
+    /// assert_eq!(g.mode & 0o777, 0o640);
+    /// # fs.release(f.ino).unwrap();
+    /// # fs.release(g.ino).unwrap();
+    /// ```
+    pub fn create_umask(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
+        let mode = (mode & !S_IFMT) | S_IFREG;
+        self.create_node(parent, name, mode, 0, who, None, true, umask)
     }
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, who: Caller) -> Result<Attr, Errno> {
-        self.create_node(
-            parent,
-            name,
-            (mode & !S_IFMT) | S_IFDIR,
-            0,
-            who,
-            None,
-            false,
-        )
+        self.mkdir_umask(parent, name, mode, 0, who)
+    }
+
+    /// [`mkdir`](Self::mkdir) with the umask apart (see
+    /// [`mknod_umask`](Self::mknod_umask)); the new directory also
+    /// inherits the default ACL as its own.
+    pub fn mkdir_umask(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
+        let mode = (mode & !S_IFMT) | S_IFDIR;
+        self.create_node(parent, name, mode, 0, who, None, false, umask)
     }
 
     /// Create a symlink.
@@ -308,7 +404,16 @@ impl FileSystem {
         target: &[u8],
         who: Caller,
     ) -> Result<Attr, Errno> {
-        self.create_node(parent, name, S_IFLNK | 0o777, 0, who, Some(target), false)
+        self.create_node(
+            parent,
+            name,
+            S_IFLNK | 0o777,
+            0,
+            who,
+            Some(target),
+            false,
+            0,
+        )
     }
 
     /// Add a hard link `newparent/newname` to `ino`.
@@ -363,6 +468,7 @@ impl FileSystem {
             i.attr()
         };
         self.commit(w, Some(ctx))?;
+        self.after_dir_change()?;
         Ok(attr)
     }
 
@@ -480,7 +586,7 @@ impl FileSystem {
             for f in freed {
                 self.forget_freed(f);
             }
-            return Ok(());
+            return self.after_dir_change();
         }
     }
 

@@ -16,6 +16,41 @@ impl FileSystem {
         Ok(g.attr())
     }
 
+    /// A directory was opened (`opendir`). Counted like an open file, so
+    /// a directory removed (or renamed over) while open stays usable until
+    /// [`releasedir`](Self::releasedir): its attributes say nlink 0, it
+    /// lists nothing, and nothing can be created in it (ENOENT).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions};
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// let d = fs.mkdir(fs.root(), b"d", 0o755, Caller::default()).unwrap().ino;
+    /// fs.opendir(d).unwrap();
+    /// fs.rmdir(fs.root(), b"d").unwrap();
+    /// assert_eq!(fs.getattr(d).unwrap().nlink, 0);
+    /// fs.releasedir(d).unwrap(); // frees it
+    /// assert!(fs.getattr(d).is_err());
+    /// ```
+    pub fn opendir(&self, ino: u64) -> Result<Attr, Errno> {
+        let mut g = self.lock(ino)?;
+        if !g.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        g.open_count += 1;
+        Ok(g.attr())
+    }
+
+    /// The last close of a directory opened with [`opendir`](Self::opendir);
+    /// frees it if it was removed meanwhile.
+    pub fn releasedir(&self, ino: u64) -> Result<(), Errno> {
+        self.release(ino)
+    }
+
     /// A file was closed for the last time; frees it if it was unlinked.
     pub fn release(&self, ino: u64) -> Result<(), Errno> {
         let orphan = self.layout.orphan;
@@ -45,7 +80,11 @@ impl FileSystem {
                 }
                 return Ok(());
             }
-            if self.writable().is_err() {
+            // Switched read-only, the last close of an unlinked file still
+            // frees it (as ext4 finishes its orphans on a read-only
+            // mount): nothing the user can see changes, and the image
+            // stays without orphans.
+            if !self.can_commit() {
                 return Ok(());
             }
             // Last close of an unlinked file: free it and its orphan entry.

@@ -1,7 +1,8 @@
-//! rename(2) with RENAME_NOREPLACE and RENAME_EXCHANGE.
+//! rename(2) with RENAME_NOREPLACE, RENAME_EXCHANGE and RENAME_WHITEOUT.
 
-use super::{check_name, dir_add, dir_need, put_dir_block, put_inode, touch_dir};
-use super::{FileSystem, Held, Try, Writes, MAX_LINKS, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use super::RENAME_WHITEOUT;
+use super::{check_name, dir_add_at, dir_need, put_dir_block, put_inode, touch_dir};
+use super::{Caller, FileSystem, Held, Try, Writes, MAX_LINKS, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use crate::alloc::AllocCtx;
 use crate::error::Errno;
 use crate::format::{Ts, NAME_MAX};
@@ -34,7 +35,10 @@ impl FileSystem {
     }
 
     /// Rename `parent/name` to `newparent/newname`, with
-    /// [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`].
+    /// [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`], or [`RENAME_WHITEOUT`]
+    /// (alone or with NOREPLACE: `name` becomes a whiteout, a character
+    /// device 0:0 owned by root, in the same transaction, as overlayfs
+    /// wants of its upper layer; the kernel checks CAP_MKNOD).
     pub fn rename(
         &self,
         parent: u64,
@@ -44,8 +48,9 @@ impl FileSystem {
         flags: u32,
     ) -> Result<(), Errno> {
         self.writable()?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
-            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
+            || flags & (RENAME_NOREPLACE | RENAME_EXCHANGE) == RENAME_NOREPLACE | RENAME_EXCHANGE
+            || flags & (RENAME_WHITEOUT | RENAME_EXCHANGE) == RENAME_WHITEOUT | RENAME_EXCHANGE
         {
             return Err(Errno::EINVAL);
         }
@@ -166,7 +171,7 @@ impl FileSystem {
                     put_inode(p, None, &mut w)?;
                 }
                 self.commit(w, None)?;
-                return Ok(());
+                return self.after_dir_change();
             }
             // Plain rename, perhaps replacing `dst`.
             let mut frees = Vec::new();
@@ -190,12 +195,35 @@ impl FileSystem {
                 self.ensure_dir(o)?;
                 need += dir_need(o, 20);
             }
-            let mut ctx = self.alloc.prepare(need, newparent, &frees)?;
-            held.get(parent)
-                .dir
-                .as_mut()
-                .ok_or(Errno::EIO)?
-                .remove(name);
+            let whiteout = flags & RENAME_WHITEOUT != 0;
+            let mut ctx = self
+                .alloc
+                .prepare(need + u64::from(whiteout), newparent, &frees)?;
+            let mut keep_pos = (parent == newparent).then_some(src.pos);
+            if whiteout {
+                // `name` stays, naming a new whiteout inode; the moved
+                // entry gets a new position.
+                keep_pos = None;
+                let wino = ctx
+                    .alloc(1, parent + 1)
+                    .first()
+                    .map(|r| r.0)
+                    .ok_or(Errno::ENOSPC)?;
+                let mut node = self.new_inode(wino, libc::S_IFCHR, Caller::default(), parent, now);
+                put_inode(&mut node, None, &mut w)?;
+                held.get(parent)
+                    .dir
+                    .as_mut()
+                    .ok_or(Errno::EIO)?
+                    .retarget(name, wino, node.kind())
+                    .ok_or(Errno::EIO)?;
+            } else {
+                held.get(parent)
+                    .dir
+                    .as_mut()
+                    .ok_or(Errno::EIO)?
+                    .remove(name);
+            }
             put_dir_block(held.get(parent), src.blk, &mut w)?;
             if crate::bugs::active("rename_split") {
                 // Injected bug: the source directory's block goes in a
@@ -224,13 +252,17 @@ impl FileSystem {
                 for f in freed {
                     self.forget_freed(f);
                 }
-                return Ok(());
+                return self.after_dir_change();
             }
-            dir_add(
+            // Within one directory the entry keeps its readdir position: a
+            // new one would put it after every reader's cookie again, and a
+            // reader renaming as it lists would never finish.
+            dir_add_at(
                 held.get(newparent),
                 newname,
                 src.ino,
                 src.kind,
+                keep_pos,
                 &mut ctx,
                 &mut w,
             )?;
@@ -238,7 +270,7 @@ impl FileSystem {
                 &mut held, src.ino, src_dir, parent, newparent, now, &mut ctx, &mut w,
             )?;
             self.commit(w, Some(ctx))?;
-            return Ok(());
+            return self.after_dir_change();
         }
     }
 

@@ -16,11 +16,24 @@ impl FileSystem {
     /// count 0). [`link`](Self::link) names it; [`release`](Self::release)
     /// of its last open frees it if it never was.
     pub fn tmpfile(&self, dir: u64, mode: u32, who: Caller) -> Result<Attr, Errno> {
+        self.tmpfile_umask(dir, mode, 0, who)
+    }
+
+    /// [`tmpfile`](Self::tmpfile) with the umask apart (see
+    /// [`mknod_umask`](Self::mknod_umask)): it inherits the directory's
+    /// default ACL like a named file, and a setgid directory's group.
+    pub fn tmpfile_umask(
+        &self,
+        dir: u64,
+        mode: u32,
+        umask: u32,
+        who: Caller,
+    ) -> Result<Attr, Errno> {
         self.writable()?;
         let orphan = self.layout.orphan;
         let mut held = self.lock_sorted(&[dir, orphan])?;
         let mut who = who;
-        {
+        let inherited = {
             let d = held.get(dir);
             self.ensure_dir(d)?;
             if d.d.nlink == 0 {
@@ -30,9 +43,10 @@ impl FileSystem {
             if d.d.mode & libc::S_ISGID != 0 {
                 who.gid = d.d.gid;
             }
-        }
+            self.inherit(d, libc::S_IFREG | (mode & 0o7777), umask)?
+        };
         self.ensure_dir(held.get(orphan))?;
-        let need = 1 + dir_need(held.get(orphan), 20);
+        let need = 1 + dir_need(held.get(orphan), 20) + inherited.blocks();
         let mut ctx = self.alloc.prepare(need, dir + 1, &[])?;
         let ino = ctx
             .alloc(1, dir + 1)
@@ -40,12 +54,12 @@ impl FileSystem {
             .map(|r| r.0)
             .ok_or(Errno::ENOSPC)?;
         let now = Ts::now();
-        let mode = libc::S_IFREG | (mode & 0o7777);
-        let mut node = self.new_inode(ino, mode, who, dir, now);
+        let mut node = self.new_inode(ino, inherited.mode, who, dir, now);
         node.d.nlink = 0;
         node.open_count = 1;
         node.lookups = 1;
         let mut w = Writes::new();
+        inherited.apply(&mut node, &mut ctx, &mut w)?;
         let o = held.get(orphan);
         dir_add(
             o,

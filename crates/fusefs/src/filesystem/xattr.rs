@@ -132,7 +132,11 @@ impl FileSystem {
 
     /// Change `g`'s xattrs to `map` in one transaction, allocating or
     /// freeing blocks as the set's size asks.
-    fn replace_xattrs(&self, g: &mut Inode, map: BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), Errno> {
+    pub(super) fn replace_xattrs(
+        &self,
+        g: &mut Inode,
+        map: BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<(), Errno> {
         let need = xattr_chain::blocks_needed(&map).ok_or(Errno::ENOSPC)?;
         let have = Self::xattr_blocks(g);
         let frees: Vec<(u64, u64)> = have.iter().skip(need).map(|&b| (b, 1)).collect();
@@ -159,6 +163,10 @@ impl FileSystem {
             return Err(Errno::E2BIG);
         }
         let mut g = self.lock(ino)?;
+        if name == crate::acl::ACCESS || name == crate::acl::DEFAULT {
+            // Validated, and kept consistent with the mode (posix_acl.rs).
+            return self.set_acl(g, name, value, flags);
+        }
         undo_on_error(&mut g, |g| {
             self.ensure_xattrs(g)?;
             let mut map = g.xattrs.clone().ok_or(Errno::EIO)?;

@@ -1,12 +1,13 @@
 //! The file system's [`Handler`]: each FUSE request becomes one
 //! [`FileSystem`] call, whichever transport brought it.
 
-use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::proto::{
     DirBuf, EntryOut, FuseAttr, InHeader, Request, Response, SetattrIn, StatfsOut, TimeOrNow,
 };
-use super::{Handler, Policy};
+use super::{Handler, Notifier, Policy};
 use crate::error::Errno;
 use crate::filesystem::{Attr, Caller, FileSystem, Seek, SetAttr, SetTime};
 use crate::format::Ts;
@@ -15,13 +16,20 @@ use crate::format::Ts;
 pub struct FsHandler {
     fs: Arc<FileSystem>,
     root: u64,
+    /// Page ranges (node id, offset, length) direct writes replaced, for
+    /// the thread that tells the kernel (see [`Handler::connected`]).
+    stale_pages: OnceLock<Mutex<Sender<(u64, u64, u64)>>>,
 }
 
 impl FsHandler {
     /// Answers for `fs`.
     pub fn new(fs: Arc<FileSystem>) -> Self {
         let root = fs.root();
-        FsHandler { fs, root }
+        FsHandler {
+            fs,
+            root,
+            stale_pages: OnceLock::new(),
+        }
     }
 
     fn ino(&self, n: u64) -> u64 {
@@ -109,6 +117,44 @@ impl Handler for FsHandler {
     fn after_reply(&self) {
         self.fs.trim_if_due()
     }
+    fn connected(&self, notifier: Notifier) {
+        // Set-id bits a write or fallocate dropped: the kernel's cached
+        // mode too (attributes only: offset -1 keeps the pages).
+        let root = self.root;
+        let n = notifier.clone();
+        self.fs.set_attr_invalidator(Box::new(move |ino| {
+            let id = if ino == root { 1 } else { ino };
+            if let Err(e) = n.inval_inode(id, -1, 0) {
+                // ENOENT: the kernel holds no such inode, nothing is stale.
+                tracing::debug!("invalidating the attributes of inode {ino}: {e}");
+            }
+        }));
+        // A direct write's range: the kernel's cached pages of it are
+        // stale (issue 45 §2: an AIO O_DIRECT write completes without the
+        // kernel invalidating them after it). From a thread of its own: the
+        // kernel locks the pages to drop them, and a buffered reader
+        // holding one waits for a READ that the serving thread, were it
+        // the one notifying, could never answer (one thread per io_uring
+        // queue).
+        let (tx, rx) = mpsc::channel::<(u64, u64, u64)>();
+        let spawned = std::thread::Builder::new()
+            .name("ptsd-fs-inval".into())
+            .spawn(move || {
+                for (id, off, len) in rx {
+                    let (off, len) = (off as i64, len as i64);
+                    if let Err(e) = notifier.inval_inode(id, off, len) {
+                        tracing::debug!("invalidating pages of node {id}: {e}");
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = self.stale_pages.set(Mutex::new(tx));
+            }
+            Err(e) => tracing::warn!("no page invalidation after direct writes: {e}"),
+        }
+    }
+
     fn handle(&self, p: &Policy, h: &InHeader, req: Request<'_>) -> Response {
         let fs = &*self.fs;
         let ino = self.ino(h.nodeid);
@@ -143,9 +189,9 @@ impl Handler for FsHandler {
                 mode,
                 umask,
                 rdev,
-            } => self.entry(p, fs.mknod(ino, name, mode & !umask, rdev, who)),
+            } => self.entry(p, fs.mknod_umask(ino, name, mode, rdev, umask, who)),
             Request::Mkdir { name, mode, umask } => {
-                self.entry(p, fs.mkdir(ino, name, mode & !umask, who))
+                self.entry(p, fs.mkdir_umask(ino, name, mode, umask, who))
             }
             Request::Unlink { name } => empty(fs.unlink(ino, name)),
             Request::Rmdir { name } => empty(fs.rmdir(ino, name)),
@@ -173,9 +219,15 @@ impl Handler for FsHandler {
                 offset,
                 data,
                 write_flags,
+                flags,
                 ..
             } => match fs.write_as(ino, offset, data, p.write_kills_suidgid(write_flags)) {
-                Ok(n) => Response::Written(n),
+                Ok(n) => {
+                    if flags & libc::O_DIRECT as u32 != 0 && n > 0 {
+                        self.pages_stale(h.nodeid, offset, u64::from(n));
+                    }
+                    Response::Written(n)
+                }
                 Err(e) => Response::Error(e.0),
             },
             Request::Statfs => {
@@ -199,16 +251,13 @@ impl Handler for FsHandler {
             Request::Removexattr { name } => empty(fs.removexattr(ino, name)),
             // As on /dev/fuse: nothing to do at close; ENOSYS stops FLUSH.
             Request::Flush => Response::Error(libc::ENOSYS),
-            Request::Opendir { .. } => match fs.getattr(ino) {
-                Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => {
-                    Response::Open { fh: 0, flags: 0 }
-                }
-                Ok(_) => Response::Error(libc::ENOTDIR),
+            Request::Opendir { .. } => match fs.opendir(ino) {
+                Ok(_) => Response::Open { fh: 0, flags: 0 },
                 Err(e) => Response::Error(e.0),
             },
             Request::Readdir { offset, size } => self.readdir(p, ino, offset, size, false),
             Request::Readdirplus { offset, size } => self.readdir(p, ino, offset, size, true),
-            Request::Releasedir => Response::Empty,
+            Request::Releasedir => empty(fs.releasedir(ino)),
             Request::Ioctl { cmd, data } => match fs.ioctl(who, cmd, data) {
                 Ok(out) => Response::Ioctl(out),
                 Err(e) => Response::Error(e.0),
@@ -219,9 +268,9 @@ impl Handler for FsHandler {
                 mode,
                 umask,
                 flags,
-            } => self.created(p, fs.create(ino, name, mode & !umask, who), flags),
+            } => self.created(p, fs.create_umask(ino, name, mode, umask, who), flags),
             Request::Tmpfile { mode, umask, flags } => {
-                self.created(p, fs.tmpfile(ino, mode & !umask, who), flags)
+                self.created(p, fs.tmpfile_umask(ino, mode, umask, who), flags)
             }
             Request::Destroy => {
                 if let Err(e) = fs.close() {
@@ -233,7 +282,11 @@ impl Handler for FsHandler {
                 offset,
                 length,
                 mode,
-            } => empty(fs.fallocate(ino, offset, length, mode)),
+            } => {
+                // No kill flag on FALLOCATE: the caller's CAP_FSETID decides.
+                let kill = p.killpriv_v2 && crate::caps::lacks_fsetid(h.pid, h.uid);
+                empty(fs.fallocate_as(ino, offset, length, mode, kill))
+            }
             Request::Lseek { offset, whence } => {
                 let what = match whence {
                     libc::SEEK_DATA => Seek::Data,
@@ -265,6 +318,18 @@ impl FsHandler {
             kill_priv: p.setattr_kills_priv(&s),
         };
         self.attr_reply(p, self.fs.setattr(ino, set))
+    }
+
+    /// The kernel's cached pages of `[offset, offset + len)` of node `id`
+    /// are stale: have them dropped (shortly after, from the notifying
+    /// thread).
+    fn pages_stale(&self, id: u64, offset: u64, len: u64) {
+        if let Some(tx) = self.stale_pages.get() {
+            let _ = tx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send((id, offset, len));
+        }
     }
 
     /// The reply to CREATE or TMPFILE of a file opened with `open_flags`.

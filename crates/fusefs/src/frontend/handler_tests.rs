@@ -83,6 +83,7 @@ fn create_write_read_lookup_unlink() {
         offset: 3,
         data: b"abc",
         write_flags: 0,
+        flags: 0,
     };
     assert_eq!(fsh.handle(&h(opcode::WRITE, ino), w), Response::Written(3));
     let r = Request::Read {
@@ -170,6 +171,7 @@ fn any_write_drops_the_file_capability() {
         offset: 0,
         data: b"x",
         write_flags: 0,
+        flags: 0,
     };
     assert_eq!(
         fsh.handle(&h(opcode::WRITE, a.ino), w),

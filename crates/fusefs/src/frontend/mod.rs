@@ -37,6 +37,7 @@
 
 pub mod devfuse;
 mod handler;
+pub mod notify;
 pub mod proto;
 pub mod serve;
 
@@ -44,6 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use handler::FsHandler;
+pub use notify::Notifier;
 pub use serve::{serve, Mount, ServeError, ServeOptions, Served};
 
 use crate::opcount::{Op, OpCounts};
@@ -62,6 +64,11 @@ pub trait Handler: Send + Sync + 'static {
     }
     /// The work [`work_due`](Self::work_due) announced.
     fn after_reply(&self) {}
+    /// The mount's [`Notifier`], given once before the first request
+    /// (after INIT). Default: unused.
+    fn connected(&self, notifier: Notifier) {
+        let _ = notifier;
+    }
 }
 
 /// How long the kernel may cache attributes and entries. Only this process

@@ -226,6 +226,8 @@ pub enum Request<'a> {
         offset: u64,
         data: &'a [u8],
         write_flags: u32,
+        /// The open flags of the file written (`O_DIRECT`: a direct write).
+        flags: u32,
     },
     Statfs,
     Release {
@@ -410,10 +412,12 @@ pub fn decode<'a>(
         }
         WRITE => {
             let (fh, offset, size, write_flags) = (a.u64()?, a.u64()?, a.u32()?, a.u32()?);
+            let (_lock_owner, flags) = (a.u64()?, a.u32()?);
             Request::Write {
                 fh,
                 offset,
                 write_flags,
+                flags,
                 data: p.bytes(size as usize, "write data")?,
             }
         }

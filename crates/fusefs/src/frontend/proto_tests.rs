@@ -64,11 +64,12 @@ fn write_takes_exactly_its_size() {
             fh: 3,
             offset: 4096,
             data: b"abcde",
-            write_flags: WRITE_KILL_SUIDGID
+            write_flags: WRITE_KILL_SUIDGID,
+            flags: 0,
         }
     );
     // A size beyond the payload is an error, not a panic or a short write.
-    let op_in = le(&[3, 0, 9, 0], &[8, 8, 4, 4]);
+    let op_in = le(&[3, 0, 9, 0, 0, 0, 0], &[8, 8, 4, 4, 8, 4, 4]);
     assert!(matches!(
         decode(&hdr(opcode::WRITE), &op_in, b"abc"),
         Err(DecodeError::Short {
@@ -279,7 +280,8 @@ fn captured_requests_decode() {
             fh: 0,
             offset: 0,
             data: b"hello\n",
-            write_flags: 0
+            write_flags: 0,
+            flags: 0o100001, // O_WRONLY|O_LARGEFILE
         }
     );
 

@@ -13,7 +13,7 @@ use fuser::{Session, SessionUnmounter};
 use thiserror::Error;
 
 use super::devfuse::DevFuse;
-use super::{Frontend, Handler};
+use super::{Frontend, Handler, Notifier};
 use crate::fuse::{access_of, mount_config, Init, MountOpts};
 use crate::opcount::OpCounts;
 use crate::uring::{self, Availability, RingConfig, Rings, UringInit};
@@ -114,6 +114,12 @@ impl Mount {
     /// `handler` through one [`Frontend`].
     pub fn start(mut self, handler: Arc<dyn Handler>) -> Result<Served, ServeError> {
         let o = &self.opts;
+        let notifier = Notifier::new(
+            std::os::fd::AsFd::as_fd(&self.session)
+                .try_clone_to_owned()
+                .map_err(ServeError::DevFuse)?,
+        );
+        handler.connected(notifier.clone());
         let fe = Frontend::new(handler, self.init.policy(), o.counts.clone())
             .with_access(access_of(&mount_config(&o.mount)));
         let fe = Arc::new(fe);
@@ -166,6 +172,7 @@ impl Mount {
             unmounter,
             transport,
             dir: self.dir,
+            notifier,
         })
     }
 }
@@ -178,6 +185,7 @@ pub struct Served {
     unmounter: SessionUnmounter,
     transport: String,
     dir: PathBuf,
+    notifier: Notifier,
 }
 
 impl Served {
@@ -211,6 +219,7 @@ impl Served {
         if let Some(r) = self.rings {
             r.join();
         }
+        self.notifier.close();
         drop(self.session);
         res
     }
