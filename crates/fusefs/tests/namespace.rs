@@ -205,23 +205,23 @@ impl Store for CountingStore {
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), ptsd_fs::StoreError> {
+    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.read(blk, buf)
     }
     fn begin(&self) -> Box<dyn ptsd_fs::StoreTxn + '_> {
         self.inner.begin()
     }
-    fn sync(&self) -> Result<(), ptsd_fs::StoreError> {
+    fn sync(&self) -> Result<(), ptsd_fs::FsStoreError> {
         self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.sync()
     }
-    fn checkpoint(&self) -> Result<(), ptsd_fs::StoreError> {
+    fn checkpoint(&self) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.checkpoint()
     }
-    fn write_super(&self, block: &[u8]) -> Result<(), ptsd_fs::StoreError> {
+    fn write_super(&self, block: &[u8]) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.write_super(block)
     }
-    fn close(&self) -> Result<(), ptsd_fs::StoreError> {
+    fn close(&self) -> Result<(), ptsd_fs::FsStoreError> {
         self.inner.close()
     }
     fn describe(&self) -> String {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_fs::format::INLINE_EXTENTS;
 use ptsd_fs::{
-    fsck, mkfs, Caller, DirectStore, Errno, FileSystem, MkfsOptions, Store, FsStoreError, StoreTxn,
+    fsck, mkfs, Caller, DirectStore, Errno, FileSystem, FsStoreError, MkfsOptions, Store, StoreTxn,
 };
 
 const ME: Caller = Caller { uid: 0, gid: 0 };

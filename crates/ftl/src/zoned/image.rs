@@ -33,7 +33,7 @@ use ptsd_blockdev::{BlockDevice, BlockError};
 use thiserror::Error;
 
 use super::{ZoneState, ZonedConfig, ZonedError, ZonedSsd};
-use crate::store::{NoStore, Oob, Store, NandStoreError};
+use crate::store::{NandStoreError, NoStore, Oob, Store};
 
 const MAGIC: &[u8; 8] = b"PTSDZNS1";
 const VERSION: u32 = 1;

@@ -49,7 +49,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::config::FtlConfig;
-use crate::store::{MemStore, NoStore, Oob, PageKind, Store, NandStoreError};
+use crate::store::{MemStore, NandStoreError, NoStore, Oob, PageKind, Store};
 use crate::timeline::Timeline;
 use crate::StoreKind;
 

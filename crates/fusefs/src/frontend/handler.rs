@@ -274,7 +274,7 @@ impl Handler for FsHandler {
             }
             Request::Destroy => {
                 if let Err(e) = fs.close() {
-                    tracing::error!("clean unmount failed: {e}");
+                    tracing::error!("clean unmount failed: {}", ptsd_blockdev::ErrorChain(&e));
                 }
                 Response::Empty
             }

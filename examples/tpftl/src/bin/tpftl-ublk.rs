@@ -85,15 +85,10 @@ fn main() -> Result<()> {
     let timing = args.timing;
     let ssd = Ssd::new(cfg).context("opening the emulated SSD")?;
     let backend = FtlBackend::new(ssd, timing).context("the FTL backend")?;
-    let stats = kernel::run(
-        &opts,
-        false,
-        Box::new(backend),
-        |s: &Started| {
-            println!("{}", s.bdev);
-            let _ = std::io::stdout().flush();
-        },
-    )?;
+    let stats = kernel::run(&opts, false, Box::new(backend), |s: &Started| {
+        println!("{}", s.bdev);
+        let _ = std::io::stdout().flush();
+    })?;
     eprintln!("{:?}", stats.report());
     Ok(())
 }
