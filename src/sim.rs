@@ -60,8 +60,8 @@ pub struct SimArgs {
     /// or with --compare the conventional-vs-zoned experiment.
     #[arg(long)]
     zoned: bool,
-    /// --zoned: seqwrite[:ZONES] (ZONES written at once), append[:ZONES]
-    /// (--qd writers appending to ZONES zones), randread or reset.
+    /// --zoned: seqwrite or seqwrite:ZONES (ZONES written at once), append or
+    /// append:ZONES (--qd writers appending to ZONES zones), randread or reset.
     #[arg(long, default_value = "seqwrite:4")]
     zoned_workload: String,
     /// --zoned: chips each zone stripes over (0: all).
