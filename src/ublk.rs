@@ -1,3 +1,4 @@
+// Over 800 lines: the ublk subcommands share the option structs, the daemon fork and the claim kept for the serving process.
 //! `ptsd ublk …`: serve a device as `/dev/ublkbN` (crate `ptsd-ublk`).
 
 use anyhow::{bail, Context, Result};

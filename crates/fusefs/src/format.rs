@@ -1,3 +1,4 @@
+// Over 800 lines: every on-device encoding (superblock, bitmaps, inodes, extents, directories, xattrs) kept together, so a format change is one file.
 //! The on-device format: superblock, bitmaps, inode blocks, extent
 //! overflow blocks, directory blocks and xattr blocks. Every block carries a
 //! magic number and a crc32c, so a torn or foreign block is detected when it

@@ -1,3 +1,4 @@
+// Over 800 lines: the round loop, each target's setup and teardown, and the run records share one suite state; the report lives apart.
 //! Runs both workloads on each target, in rounds, and collects what each
 //! run measured; [`report`](super::report) turns the runs into the table.
 //!
