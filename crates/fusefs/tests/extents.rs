@@ -4,22 +4,14 @@
 
 use std::sync::Arc;
 
-use ptsd_blockdev::{BlockDevice, MemDevice};
-use ptsd_fs::{fsck, mkfs, Caller, DirectStore, FileSystem, MkfsOptions, Store};
+use ptsd_blockdev::BlockDevice;
+use ptsd_fs::{fsck, Caller, DirectStore, FileSystem, Store};
+
+mod common;
+use common::{fresh, remount};
 
 const ME: Caller = Caller { uid: 0, gid: 0 };
 const BS: u64 = 4096;
-
-fn fresh(blocks: u64) -> (Arc<dyn BlockDevice>, FileSystem) {
-    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, blocks).unwrap());
-    let store = Arc::new(DirectStore::new(dev.clone()).unwrap());
-    mkfs(&*store, &MkfsOptions::default()).unwrap();
-    (dev, FileSystem::mount(store).unwrap())
-}
-
-fn remount(dev: &Arc<dyn BlockDevice>) -> FileSystem {
-    FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap())).unwrap()
-}
 
 fn fsck_problems(dev: &Arc<dyn BlockDevice>) -> Vec<String> {
     let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());

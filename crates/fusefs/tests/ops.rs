@@ -4,27 +4,12 @@ use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_fs::{
-    fsck, mkfs, Caller, DirectStore, Errno, FileSystem, MkfsOptions, SetAttr, Store,
-    RENAME_EXCHANGE, RENAME_NOREPLACE,
+    fsck, Caller, DirectStore, Errno, FileSystem, SetAttr, Store, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 use rand::{Rng, SeedableRng};
 
-fn fresh(blocks: u64) -> (Arc<dyn BlockDevice>, FileSystem) {
-    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, blocks).unwrap());
-    let store = Arc::new(DirectStore::new(dev.clone()).unwrap());
-    mkfs(&*store, &MkfsOptions::default()).unwrap();
-    (dev, FileSystem::mount(store).unwrap())
-}
-
-fn remount(dev: &Arc<dyn BlockDevice>) -> FileSystem {
-    FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap())).unwrap()
-}
-
-fn fsck_clean(dev: &Arc<dyn BlockDevice>) {
-    let store: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
-    let r = fsck::check(store, false).unwrap();
-    assert!(r.problems.is_empty(), "fsck: {:#?}", r.problems);
-}
+mod common;
+use common::{fresh, fsck_clean, remount};
 
 const ME: Caller = Caller { uid: 0, gid: 0 };
 

@@ -3,17 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use ptsd_blockdev::{BlockDevice, MemDevice};
-use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions, SetAttr};
+use ptsd_fs::{Caller, DirectStore, FileSystem, SetAttr};
 
 const ROOT: Caller = Caller { uid: 0, gid: 0 };
-
-fn fresh(blocks: u64) -> (Arc<dyn BlockDevice>, FileSystem) {
-    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, blocks).unwrap());
-    let store = Arc::new(DirectStore::new(dev.clone()).unwrap());
-    mkfs(&*store, &MkfsOptions::default()).unwrap();
-    (dev, FileSystem::mount(store).unwrap())
-}
 
 fn mode(fs: &FileSystem, ino: u64) -> u32 {
     fs.getattr(ino).unwrap().mode & 0o7777
@@ -81,6 +73,9 @@ fn fallocate_of_every_mode_drops_set_id_bits_for_the_unprivileged() {
 
 use ptsd_fs::acl::{Acl, Entry, Tag, UNDEFINED_ID};
 use ptsd_fs::Errno;
+
+mod common;
+use common::fresh;
 
 const ACCESS: &[u8] = b"system.posix_acl_access";
 const DEFAULT: &[u8] = b"system.posix_acl_default";

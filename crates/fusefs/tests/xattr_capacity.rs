@@ -9,6 +9,9 @@ use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_fs::format::{INCOMPAT_XATTR_CHAIN, XATTR_SPACE};
 use ptsd_fs::{fsck, mkfs, Caller, DirectStore, Errno, FileSystem, MkfsOptions, Store};
 
+mod common;
+use common::remount;
+
 const ME: Caller = Caller { uid: 0, gid: 0 };
 
 fn fresh() -> (Arc<dyn BlockDevice>, FileSystem) {
@@ -16,10 +19,6 @@ fn fresh() -> (Arc<dyn BlockDevice>, FileSystem) {
     let store = Arc::new(DirectStore::new(dev.clone()).unwrap());
     mkfs(&*store, &MkfsOptions::default()).unwrap();
     (dev.clone(), FileSystem::mount(store).unwrap())
-}
-
-fn remount(dev: &Arc<dyn BlockDevice>) -> FileSystem {
-    FileSystem::mount(Arc::new(DirectStore::new(dev.clone()).unwrap())).unwrap()
 }
 
 fn fsck(dev: &Arc<dyn BlockDevice>, repair: bool) -> Vec<String> {
