@@ -354,6 +354,27 @@ impl LazyBar {
     }
 }
 
+/// An experiment's report as [`print_outputs`] prints it, the table ending
+/// with the files it wrote; the JSON only when `json`.
+pub(crate) fn print_report<R: serde::Serialize>(
+    mut table: String,
+    files: &[std::path::PathBuf],
+    report: &R,
+    json: bool,
+) -> Result<()> {
+    table.push_str("wrote:");
+    for f in files {
+        table.push_str(&format!(" {}", f.display()));
+    }
+    table.push('\n');
+    let json = if json {
+        Some(serde_json::to_string_pretty(report)?)
+    } else {
+        None
+    };
+    print_outputs(&table, json)
+}
+
 pub(crate) fn print_outputs(table: &str, json: Option<String>) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match json {
@@ -571,18 +592,7 @@ fn run_paper(args: &SimArgs) -> Result<()> {
     })?;
     bar.finish();
     let files = report.write_outputs(&args.out)?;
-    let mut table = report.table();
-    table.push_str("wrote:");
-    for f in &files {
-        table.push_str(&format!(" {}", f.display()));
-    }
-    table.push('\n');
-    let json = if args.json {
-        Some(serde_json::to_string_pretty(&report)?)
-    } else {
-        None
-    };
-    print_outputs(&table, json)
+    print_report(report.table(), &files, &report, args.json)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use ptsd_bench::zns::{compare, ZnsOptions};
 use ptsd_ftl::zoned::{ZonedConfig, ZonedPhase, ZonedRunner, ZonedSsd, ZonedWorkload};
 use ptsd_ftl::{FtlConfig, StoreKind};
 
-use crate::sim::print_outputs;
+use crate::sim::{print_outputs, print_report};
 
 /// What `ptsd sim --zoned` was asked (from the `sim` options).
 pub struct ZonedArgs<'a> {
@@ -157,18 +157,7 @@ fn run_compare(a: &ZonedArgs<'_>) -> Result<()> {
     };
     let report = compare(&opts).context("conventional vs zoned comparison")?;
     let files = report.write_outputs(a.out)?;
-    let mut table = report.table();
-    table.push_str("wrote:");
-    for f in &files {
-        table.push_str(&format!(" {}", f.display()));
-    }
-    table.push('\n');
-    let json = if a.json {
-        Some(serde_json::to_string_pretty(&report)?)
-    } else {
-        None
-    };
-    print_outputs(&table, json)
+    print_report(report.table(), &files, &report, a.json)
 }
 
 #[cfg(test)]
