@@ -14,6 +14,7 @@ use std::sync::Arc;
 use ptsd_fs::frontend::{self, FsHandler, ServeOptions};
 use ptsd_fs::fuse::{MountFlags, MountOpts};
 use ptsd_fs::opcount::OpCounts;
+use ptsd_fs::uring::{choose_transport, UringWish};
 use ptsd_stack::{DeviceSpec, JournalSpec, MissingJournal, Stack, StackSpec};
 
 use crate::userpaths::{make_run_dir, pid_file, user_allow_other};
@@ -109,8 +110,10 @@ pub struct MountArgs {
     /// Mount options as given by mount(8) (-o a,b,c); understood:
     /// allow_other, journal=PATH, journal_partitions=N, journal_size=SIZE,
     /// threads=N, data_dir=PATH, discard_missing_journal; uring / nouring
-    /// (FUSE over io_uring where the kernel offers it, the default, or
-    /// /dev/fuse only), uring_poll[=MICROSECONDS] (busy-poll the io_uring
+    /// (by default FUSE over io_uring where the kernel has it on, /dev/fuse
+    /// otherwise; `uring` as root first turns the kernel's
+    /// fuse.enable_uring on, saying so; `nouring`: /dev/fuse only; the
+    /// mount line names the transport), uring_poll[=MICROSECONDS] (busy-poll the io_uring
     /// queues that long, 100 by default, before sleeping); direct_writes /
     /// nodirect_writes (write-only opens bypass the kernel's page cache,
     /// the default, or are cached like the others); discard /
@@ -124,9 +127,10 @@ pub struct MountArgs {
     /// once; later options win.
     #[arg(short = 'o')]
     pub options: Vec<String>,
-    /// Ask for FUSE over io_uring (`-o uring`/`-o nouring`).
-    #[arg(skip = true)]
-    pub uring: bool,
+    /// FUSE over io_uring: `-o uring`, `-o nouring`, or neither (io_uring
+    /// where the kernel has it on).
+    #[arg(skip = UringWish::Default)]
+    pub uring: UringWish,
     /// Discard freed blocks online and at unmount (`-o discard`, the
     /// default / `-o nodiscard`).
     #[arg(skip = true)]
@@ -284,15 +288,15 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
             ("journal_size", Some(v)) => a.journal_size = parse_size(v)?,
             ("data_dir", Some(v)) => a.data_dir = Some(v.into()),
             ("discard_missing_journal", None) => a.discard_missing_journal = true,
-            ("uring", None) => a.uring = true,
-            ("nouring", None) => a.uring = false,
+            ("uring", None) => a.uring = UringWish::Asked,
+            ("nouring", None) => a.uring = UringWish::Off,
             ("discard", None) => a.discard = true,
             ("nodiscard", None) => a.discard = false,
             ("direct_writes", None) => a.direct_writes = true,
             ("nodirect_writes", None) => a.direct_writes = false,
             ("uring_poll", v) => {
                 let us: u64 = v.map_or(Ok(100), str::parse).context("uring_poll")?;
-                a.uring = true;
+                a.uring = UringWish::Asked;
                 a.uring_poll = Some(std::time::Duration::from_micros(us));
             }
             // The generic options the kernel mount takes.
@@ -429,10 +433,13 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             bail!(msg);
         }
     };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let transport = choose_transport(a.uring, Path::new(ptsd_fs::uring::ENABLE_PARAM), root);
     let opts = ServeOptions {
         mount: opts,
         threads_given: a.threads.is_some(),
-        uring: a.uring,
+        uring: transport.uring,
         uring_poll: a.uring_poll,
         direct_writes: a.direct_writes,
         writeback_cache: false,
@@ -449,7 +456,7 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
             let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));
         }
         let mut line = String::new();
-        for n in &info.notes {
+        for n in info.notes.iter().chain(&transport.note) {
             line.push_str(&format!("ptsd: {n}\n"));
         }
         line.push_str(&format!(
@@ -636,7 +643,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         foreground: false,
         op_counts: None,
         options,
-        uring: true,
+        uring: UringWish::Default,
         uring_poll: None,
         discard: true,
         direct_writes: true,
@@ -693,14 +700,17 @@ mod tests {
             let mut m = Mount::try_parse_from(args).unwrap().a;
             apply_options(&mut m).map(|()| (m.uring, m.uring_poll))
         };
-        assert_eq!(parse(&["mount", "/mnt"]).unwrap(), (true, None));
+        assert_eq!(
+            parse(&["mount", "/mnt"]).unwrap(),
+            (UringWish::Default, None)
+        );
         assert_eq!(
             parse(&["mount", "/mnt", "-o", "uring", "-o", "nouring"]).unwrap(),
-            (false, None)
+            (UringWish::Off, None)
         );
         assert_eq!(
             parse(&["mount", "/mnt", "-o", "nouring,uring_poll=50"]).unwrap(),
-            (true, Some(std::time::Duration::from_micros(50)))
+            (UringWish::Asked, Some(std::time::Duration::from_micros(50)))
         );
         assert!(parse(&["mount", "/mnt", "-o", "uring_poll=soon"]).is_err());
         // Discards: on unless told otherwise.

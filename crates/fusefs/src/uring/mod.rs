@@ -14,6 +14,7 @@
 pub mod fuzz;
 pub mod ring;
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// The codec, shared with /dev/fuse (here for the paths of old callers).
@@ -38,7 +39,12 @@ pub enum Availability {
 impl Availability {
     /// Reads [`ENABLE_PARAM`].
     pub fn probe() -> Self {
-        match std::fs::read_to_string(ENABLE_PARAM) {
+        Self::probe_at(Path::new(ENABLE_PARAM))
+    }
+
+    /// Reads the module parameter at `param` (a stand-in path in tests).
+    pub fn probe_at(param: &Path) -> Self {
+        match std::fs::read_to_string(param) {
             Ok(s) if s.trim() == "Y" || s.trim() == "1" => Availability::Enabled,
             Ok(_) => Availability::Disabled,
             Err(_) => Availability::Missing,
@@ -60,6 +66,74 @@ impl Availability {
 /// Turns the kernel side on (root only); the tests and the benchmark do.
 pub fn enable() -> std::io::Result<()> {
     std::fs::write(ENABLE_PARAM, "Y")
+}
+
+/// What a mount asked for with `-o uring` / `-o nouring`, or neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UringWish {
+    /// Neither: io_uring where the kernel has it on, /dev/fuse otherwise.
+    Default,
+    /// `-o uring`: io_uring; as root, turn the kernel's switch on first.
+    Asked,
+    /// `-o nouring`: /dev/fuse only.
+    Off,
+}
+
+/// The transport a mount will ask INIT for ([`choose_transport`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportChoice {
+    /// Ask for FUSE over io_uring at INIT.
+    pub uring: bool,
+    /// What was done to the kernel on the way, to be said once (the
+    /// switch was turned on), or why asking was not enough.
+    pub note: Option<String>,
+}
+
+/// Chooses the transport for `wish`, reading (and for [`UringWish::Asked`]
+/// with `may_enable`, i.e. as root, writing) the module parameter at
+/// `param` ([`ENABLE_PARAM`] outside tests). A mount that cannot get
+/// io_uring still mounts, over /dev/fuse, and its mount line says why.
+///
+/// ```
+/// use ptsd_fs::uring::{choose_transport, UringWish};
+/// let dir = std::env::temp_dir().join(format!("ptsd-doc-uring-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let param = dir.join("enable_uring");
+/// std::fs::write(&param, "N\n").unwrap();
+/// // The default leaves the kernel's switch alone.
+/// assert!(choose_transport(UringWish::Default, &param, true).note.is_none());
+/// // `-o uring` as root turns it on, and says so.
+/// let c = choose_transport(UringWish::Asked, &param, true);
+/// assert!(c.uring && c.note.is_some());
+/// assert_eq!(std::fs::read_to_string(&param).unwrap().trim(), "Y");
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn choose_transport(wish: UringWish, param: &Path, may_enable: bool) -> TransportChoice {
+    let plain = |uring| TransportChoice { uring, note: None };
+    match (wish, Availability::probe_at(param)) {
+        (UringWish::Off, _) => plain(false),
+        // Asked for at INIT all the same: a kernel that does not offer it
+        // gets /dev/fuse, and the mount line says why (`Served::transport`).
+        (UringWish::Default, _)
+        | (UringWish::Asked, Availability::Enabled | Availability::Missing) => plain(true),
+        (UringWish::Asked, Availability::Disabled) if !may_enable => plain(true),
+        (UringWish::Asked, Availability::Disabled) => match std::fs::write(param, "Y") {
+            Ok(()) => TransportChoice {
+                uring: true,
+                note: Some(format!(
+                    "turned FUSE over io_uring on in the kernel for -o uring (Y > {})",
+                    param.display()
+                )),
+            },
+            Err(e) => TransportChoice {
+                uring: true,
+                note: Some(format!(
+                    "-o uring: could not turn FUSE over io_uring on ({}: {e})",
+                    param.display()
+                )),
+            },
+        },
+    }
 }
 
 /// The largest WRITE a ring mount asks for: the kernel caps requests at
@@ -148,5 +222,99 @@ impl UringInit {
             killpriv_v2: self.killpriv_v2(),
             direct_writes: self.direct_writes(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in module parameter holding `value` (None: absent).
+    fn param(tag: &str, value: Option<&str>) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::Builder::new().prefix(tag).tempdir().unwrap();
+        let p = dir.path().join("enable_uring");
+        if let Some(v) = value {
+            std::fs::write(&p, v).unwrap();
+        }
+        (dir, p)
+    }
+
+    fn read(p: &Path) -> Option<String> {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+
+    #[test]
+    fn nouring_never_asks_nor_touches_the_switch() {
+        let (_d, p) = param("off", Some("N\n"));
+        assert_eq!(
+            choose_transport(UringWish::Off, &p, true),
+            TransportChoice {
+                uring: false,
+                note: None
+            }
+        );
+        assert_eq!(read(&p).as_deref(), Some("N"));
+    }
+
+    #[test]
+    fn default_asks_but_leaves_the_switch_alone() {
+        for v in ["Y\n", "N\n"] {
+            let (_d, p) = param("default", Some(v));
+            let c = choose_transport(UringWish::Default, &p, true);
+            assert_eq!(
+                c,
+                TransportChoice {
+                    uring: true,
+                    note: None
+                },
+                "{v}"
+            );
+            assert_eq!(read(&p).as_deref(), Some(v.trim()));
+        }
+    }
+
+    #[test]
+    fn asked_as_root_turns_the_switch_on_and_says_so_once() {
+        let (_d, p) = param("asked", Some("N\n"));
+        let c = choose_transport(UringWish::Asked, &p, true);
+        assert!(c.uring);
+        assert!(c
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("turned FUSE over io_uring on"));
+        assert_eq!(read(&p).as_deref(), Some("Y"));
+        // Now on: nothing more to say.
+        assert_eq!(
+            choose_transport(UringWish::Asked, &p, true),
+            TransportChoice {
+                uring: true,
+                note: None
+            }
+        );
+    }
+
+    #[test]
+    fn asked_without_root_or_kernel_support_falls_back_untouched() {
+        let (_d, p) = param("user", Some("N\n"));
+        assert_eq!(
+            choose_transport(UringWish::Asked, &p, false),
+            TransportChoice {
+                uring: true,
+                note: None
+            }
+        );
+        assert_eq!(read(&p).as_deref(), Some("N"));
+        let (_d, missing) = param("missing", None);
+        assert_eq!(
+            choose_transport(UringWish::Asked, &missing, true),
+            TransportChoice {
+                uring: true,
+                note: None
+            }
+        );
+        assert!(!missing.exists());
     }
 }
