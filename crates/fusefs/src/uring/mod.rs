@@ -229,6 +229,17 @@ impl UringInit {
 mod tests {
     use super::*;
 
+    /// Ask INIT for io_uring, nothing to say.
+    const ASK: TransportChoice = TransportChoice {
+        uring: true,
+        note: None,
+    };
+    /// /dev/fuse only.
+    const DEV_FUSE: TransportChoice = TransportChoice {
+        uring: false,
+        note: None,
+    };
+
     /// A stand-in module parameter holding `value` (None: absent).
     fn param(tag: &str, value: Option<&str>) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::Builder::new().prefix(tag).tempdir().unwrap();
@@ -248,13 +259,7 @@ mod tests {
     #[test]
     fn nouring_never_asks_nor_touches_the_switch() {
         let (_d, p) = param("off", Some("N\n"));
-        assert_eq!(
-            choose_transport(UringWish::Off, &p, true),
-            TransportChoice {
-                uring: false,
-                note: None
-            }
-        );
+        assert_eq!(choose_transport(UringWish::Off, &p, true), DEV_FUSE);
         assert_eq!(read(&p).as_deref(), Some("N"));
     }
 
@@ -263,14 +268,7 @@ mod tests {
         for v in ["Y\n", "N\n"] {
             let (_d, p) = param("default", Some(v));
             let c = choose_transport(UringWish::Default, &p, true);
-            assert_eq!(
-                c,
-                TransportChoice {
-                    uring: true,
-                    note: None
-                },
-                "{v}"
-            );
+            assert_eq!(c, ASK, "{v}");
             assert_eq!(read(&p).as_deref(), Some(v.trim()));
         }
     }
@@ -287,34 +285,16 @@ mod tests {
             .contains("turned FUSE over io_uring on"));
         assert_eq!(read(&p).as_deref(), Some("Y"));
         // Now on: nothing more to say.
-        assert_eq!(
-            choose_transport(UringWish::Asked, &p, true),
-            TransportChoice {
-                uring: true,
-                note: None
-            }
-        );
+        assert_eq!(choose_transport(UringWish::Asked, &p, true), ASK);
     }
 
     #[test]
     fn asked_without_root_or_kernel_support_falls_back_untouched() {
         let (_d, p) = param("user", Some("N\n"));
-        assert_eq!(
-            choose_transport(UringWish::Asked, &p, false),
-            TransportChoice {
-                uring: true,
-                note: None
-            }
-        );
+        assert_eq!(choose_transport(UringWish::Asked, &p, false), ASK);
         assert_eq!(read(&p).as_deref(), Some("N"));
         let (_d, missing) = param("missing", None);
-        assert_eq!(
-            choose_transport(UringWish::Asked, &missing, true),
-            TransportChoice {
-                uring: true,
-                note: None
-            }
-        );
+        assert_eq!(choose_transport(UringWish::Asked, &missing, true), ASK);
         assert!(!missing.exists());
     }
 }
