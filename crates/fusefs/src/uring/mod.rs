@@ -43,6 +43,12 @@ impl Availability {
     }
 
     /// Reads the module parameter at `param` (a stand-in path in tests).
+    ///
+    /// ```
+    /// use ptsd_fs::uring::Availability;
+    /// let missing = std::path::Path::new("/nonexistent/enable_uring");
+    /// assert_eq!(Availability::probe_at(missing), Availability::Missing);
+    /// ```
     pub fn probe_at(param: &Path) -> Self {
         match std::fs::read_to_string(param) {
             Ok(s) if s.trim() == "Y" || s.trim() == "1" => Availability::Enabled,
@@ -69,6 +75,13 @@ pub fn enable() -> std::io::Result<()> {
 }
 
 /// What a mount asked for with `-o uring` / `-o nouring`, or neither.
+///
+/// ```
+/// use ptsd_fs::uring::{choose_transport, UringWish};
+/// // `-o nouring` never asks INIT for io_uring, whatever the kernel has.
+/// let param = std::path::Path::new("/nonexistent/enable_uring");
+/// assert!(!choose_transport(UringWish::Off, param, true).uring);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UringWish {
     /// Neither: io_uring where the kernel has it on, /dev/fuse otherwise.
@@ -80,6 +93,17 @@ pub enum UringWish {
 }
 
 /// The transport a mount will ask INIT for ([`choose_transport`]).
+///
+/// ```
+/// use ptsd_fs::uring::{choose_transport, TransportChoice, UringWish};
+/// // A kernel without the parameter: ask anyway (INIT will say no, and
+/// // the mount line why); nothing was done to say.
+/// let param = std::path::Path::new("/nonexistent/enable_uring");
+/// assert_eq!(
+///     choose_transport(UringWish::Asked, param, true),
+///     TransportChoice { uring: true, note: None }
+/// );
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransportChoice {
     /// Ask for FUSE over io_uring at INIT.
