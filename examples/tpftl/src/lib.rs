@@ -46,6 +46,7 @@
 
 use std::sync::Arc;
 
+use ptsd_bench::sim::Registry;
 use ptsd_ftl::mapping::{Lists, MapAction, MapGeometry, MappingScheme, SchemeFactory};
 use ptsd_ftl::{ConfigError, FtlConfig, Op, StoreKind};
 
@@ -64,6 +65,37 @@ pub fn device_config(bytes: u64, store: StoreKind) -> FtlConfig {
     cfg.map_memory_bytes = cfg.map_memory_bytes.map(|b| b.max(floor));
     cfg.store = store;
     cfg
+}
+
+/// The built-in FTLs plus TPFTL (`tpftl`) and its ablations
+/// (`tpftl-noprefetch`, `tpftl-noclean`, `tpftl-norequest`), by the names
+/// a sweep file's `ftl` gives: what `tpftl-sweep` runs sweeps with.
+///
+/// ```
+/// let names = ptsd_example_tpftl::registry().names();
+/// assert!(names.contains(&"dftl".to_string()) && names.contains(&"tpftl".to_string()));
+/// ```
+pub fn registry() -> Registry {
+    let on = Tpftl::default();
+    [
+        on,
+        Tpftl {
+            prefetch: false,
+            ..on
+        },
+        Tpftl {
+            clean_first: false,
+            ..on
+        },
+        Tpftl {
+            request_prefetch: false,
+            ..on
+        },
+    ]
+    .into_iter()
+    .fold(Registry::builtins(), |reg, t| {
+        reg.with_scheme(&t.name(), Arc::new(t))
+    })
 }
 
 /// Bytes a cached entry costs: its offset in the TP and its physical page.
