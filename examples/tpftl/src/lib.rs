@@ -45,10 +45,12 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ptsd_bench::sim::Registry;
 use ptsd_ftl::mapping::{Lists, MapAction, MapGeometry, MappingScheme, SchemeFactory};
-use ptsd_ftl::{ConfigError, FtlConfig, Op, StoreKind};
+use ptsd_ftl::{ConfigError, FtlConfig, Op, Ssd, StoreKind};
+use ptsd_stack::{Claim, Holder, StackError};
 
 /// The emulated SSD `ptsd ublk add --ftl dftl` serves (the paper's board,
 /// DFTL's mapping budget with a floor of four mapping pages), with TPFTL
@@ -65,6 +67,25 @@ pub fn device_config(bytes: u64, store: StoreKind) -> FtlConfig {
     cfg.map_memory_bytes = cfg.map_memory_bytes.map(|b| b.max(floor));
     cfg.store = store;
     cfg
+}
+
+/// TPFTL's emulated SSD of [`device_config`], opened as `ptsd ublk` opens
+/// its own: an image file is claimed under ptsd-stack's exclusive image
+/// lock (held until the [`Claim`] is dropped), so an image that `ptsd
+/// mount`, mkfs, fsck or another ublk daemon holds is refused, naming the
+/// holder, and none of them can take this one while it is served.
+///
+/// ```
+/// use ptsd_ftl::StoreKind;
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = StoreKind::File { path: dir.path().join("ssd.img") };
+/// let (ssd, claim) = ptsd_example_tpftl::open_device(64 << 20, store.clone()).unwrap();
+/// let err = ptsd_example_tpftl::open_device(64 << 20, store).err().unwrap();
+/// assert!(err.to_string().contains("in use by PID"), "{err}");
+/// drop((ssd, claim));
+/// ```
+pub fn open_device(bytes: u64, store: StoreKind) -> Result<(Ssd, Option<Claim>), StackError> {
+    ptsd_stack::claim_ssd(device_config(bytes, store), Holder::Ublk, Duration::ZERO)
 }
 
 /// The built-in FTLs plus TPFTL (`tpftl`) and its ablations

@@ -4,13 +4,16 @@
 //! `cargo run --release -p ptsd-example-tpftl --features kernel --bin tpftl-ublk -- --size 1GiB --store mem`
 //!
 //! Needs the `ublk_drv` kernel module (the VM of `tests/vm/run.sh` has it).
+//! An image file (`--store PATH`) is claimed under ptsd-stack's image lock
+//! for as long as it is served, as `ptsd ublk` does: an image `ptsd mount`
+//! holds is refused.
 
 use std::io::Write as _;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use ptsd_example_tpftl::device_config;
-use ptsd_ftl::{Ssd, StoreKind};
+use ptsd_example_tpftl::{device_config, open_device};
+use ptsd_ftl::StoreKind;
 use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
@@ -59,10 +62,9 @@ fn main() -> Result<()> {
             path: std::path::absolute(&p).with_context(|| format!("image {}", p.display()))?,
         },
     };
-    let cfg = device_config(args.size, store);
-    cfg.validate().context("the device configuration")?;
-    // What the device stores for tools that list it; the backend served is
-    // the one built below (see `kernel::run`).
+    device_config(args.size, store.clone())
+        .validate()
+        .context("the device configuration")?;
     let spec = DeviceSpec {
         backend: BackendSpec::Ftl {
             scheme: FtlScheme::Dftl,
@@ -83,7 +85,9 @@ fn main() -> Result<()> {
     };
     kernel::check_driver()?;
     let timing = args.timing;
-    let ssd = Ssd::new(cfg).context("opening the emulated SSD")?;
+    // An image file stays claimed (ptsd-stack's image lock, as `ptsd ublk`
+    // holds it) until the device is deleted and `_claim` dropped.
+    let (ssd, _claim) = open_device(args.size, store).context("opening the emulated SSD")?;
     let backend = FtlBackend::new(ssd, timing).context("the FTL backend")?;
     let stats = kernel::run(&opts, false, Box::new(backend), |s: &Started| {
         println!("{}", s.bdev);
