@@ -39,6 +39,10 @@ struct Args {
     queues: u16,
     #[arg(long, default_value_t = 128)]
     depth: u16,
+    /// Queue threads sleep instead of busy-polling for completions (for a
+    /// VM with few CPUs, as `ptsd ublk add --no-poll`).
+    #[arg(long)]
+    no_poll: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -74,7 +78,7 @@ fn main() -> Result<()> {
         },
         sched: None,
         lock_mode: LockMode::Swap,
-        poll: true,
+        poll: !args.no_poll,
     };
     let opts = DeviceOptions {
         id: args.id,
