@@ -131,7 +131,7 @@ pub fn run_shard(
             index: run.index,
             id: run.id.clone(),
             words: words.join(" "),
-            source,
+            source: Box::new(source),
         })?;
         parsed.push((words, args));
     }
@@ -151,7 +151,7 @@ pub fn run_shard(
                 index: run.index,
                 id: run.id.clone(),
                 words: words.join(" "),
-                source,
+                source: Box::new(source),
             })?;
         writer.run(
             run,

@@ -88,8 +88,9 @@ pub enum SweepError {
         index: usize,
         id: String,
         words: String,
+        // Boxed: a simulation's errors are large, the sweep's small.
         #[source]
-        source: crate::sim::SimRunError,
+        source: Box<crate::sim::SimRunError>,
     },
 }
 
