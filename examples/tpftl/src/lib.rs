@@ -393,15 +393,22 @@ impl Cache {
             return;
         }
         let last = end.min((mpn + 1) * self.epp).min(self.logical);
-        for l in lpn + 1..last {
+        self.request_prefetched += self.cache_behind(mpn, lpn + 1..last);
+    }
+
+    /// Cache the entries of `lpns` (in TP `mpn`, just read) not cached yet,
+    /// clean, behind the requested entry in the node's LRU order; how many.
+    fn cache_behind(&mut self, mpn: u32, lpns: std::ops::Range<u32>) -> u64 {
+        let mut added = 0;
+        for l in lpns {
             if self.state[l as usize] == NOT_CACHED {
-                // Behind the requested entry: looked up next.
                 self.state[l as usize] = CLEAN;
                 self.entries.push_back(2 * mpn as usize, l);
                 self.used += ENTRY_BYTES;
-                self.request_prefetched += 1;
+                added += 1;
             }
         }
+        added
     }
 
     /// Selective prefetching: when the entry before `lpn` is cached (a
@@ -421,15 +428,7 @@ impl Cache {
         let room = (self.cap / 2 / ENTRY_BYTES) as u32;
         let len = run.saturating_mul(PREFETCH_GROWTH).min(room);
         let last = (lpn + 1).saturating_add(len).min(end);
-        for l in lpn + 1..last {
-            if self.state[l as usize] == NOT_CACHED {
-                // Behind the requested entry in the node's LRU order.
-                self.state[l as usize] = CLEAN;
-                self.entries.push_back(2 * mpn as usize, l);
-                self.used += ENTRY_BYTES;
-                self.prefetched += 1;
-            }
-        }
+        self.prefetched += self.cache_behind(mpn, lpn + 1..last);
     }
 }
 
