@@ -404,3 +404,46 @@ impl SpawnOutput for Command {
             .expect("spawn ptsd")
     }
 }
+
+/// `SWEEP_BIN=...`: the script runs a sweep binary of one's own
+/// (`ptsd_bench::sweep::SweepCommand`: `run SWEEP --sweep-out OUT`) in
+/// place of `ptsd sim --sweep`, the task's shard from the Slurm variables.
+/// Here the binary is a stand-in that says how it was called and hands the
+/// run to ptsd.
+#[test]
+fn the_slurm_script_runs_a_sweep_binary_of_ones_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let submit = tmp.path().join("submit");
+    std::fs::create_dir(&submit).unwrap();
+    let sweep = tmp.path().join("sweep.toml");
+    std::fs::write(&sweep, small_sweep(true)).unwrap();
+    let out = tmp.path().join("out");
+    let bin = tmp.path().join("my-sweep");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\necho \"my-sweep $*\"\n[ \"$1\" = run ] && [ \"$3\" = --sweep-out ] || exit 9\n\
+         exec \"$PTSD\" sim --sweep \"$2\" --sweep-out \"$4\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let task = sbatch_task(
+        &submit,
+        &sweep,
+        &out,
+        400,
+        (0, 3),
+        1,
+        &[("SWEEP_BIN", bin.to_str().unwrap())],
+    )
+    .output()
+    .unwrap();
+    ok(task, "array task 1 with SWEEP_BIN");
+    let log = std::fs::read_to_string(out.join("logs/task-1-400.log")).unwrap();
+    let called = format!(
+        "my-sweep run {} --sweep-out {}",
+        sweep.display(),
+        out.display()
+    );
+    assert!(log.contains(&called) && log.contains("shard 1/4"), "{log}");
+    assert!(out.join("shard-0001-of-0004.jsonl").exists());
+}
