@@ -2,7 +2,7 @@
 //! it, merged by `ptsd sim merge`: the same output as one unsharded process,
 //! and a missing shard named.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ptsd_bench::sweep::strip_wall_clock;
@@ -244,6 +244,18 @@ fn small_sweep(declared: bool) -> String {
     )
 }
 
+/// A temporary directory with a submit directory, `small_sweep(true)` as
+/// the sweep file and the output directory's path: what an array runs in.
+fn slurm_dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let submit = tmp.path().join("submit");
+    std::fs::create_dir(&submit).unwrap();
+    let sweep = tmp.path().join("sweep.toml");
+    std::fs::write(&sweep, small_sweep(true)).unwrap();
+    let out = tmp.path().join("out");
+    (tmp, submit, sweep, out)
+}
+
 /// `deploy/slurm/sweep.sbatch SWEEP OUT` run as Slurm runs a task: in the
 /// submit directory, with the array's variables (`sbatch --array=LO-HI`,
 /// job `job`) and PTSD naming the binary.
@@ -294,12 +306,7 @@ fn shard_without_wall_clock(path: &Path) -> Vec<serde_json::Value> {
 /// rewrites exactly shard 2 of 4, and the directory merges.
 #[test]
 fn a_slurm_task_rerun_as_an_array_of_one_rewrites_its_own_shard() {
-    let tmp = tempfile::tempdir().unwrap();
-    let submit = tmp.path().join("submit");
-    std::fs::create_dir(&submit).unwrap();
-    let sweep = tmp.path().join("sweep.toml");
-    std::fs::write(&sweep, small_sweep(true)).unwrap();
-    let out = tmp.path().join("out");
+    let (tmp, submit, sweep, out) = slurm_dirs();
 
     let tasks: Vec<_> = (0..4)
         .map(|id| sbatch_task(&submit, &sweep, &out, 100, (0, 3), id, &[]).output_spawned())
@@ -403,4 +410,42 @@ impl SpawnOutput for Command {
             .spawn()
             .expect("spawn ptsd")
     }
+}
+
+/// `SWEEP_BIN=...`: the script runs a sweep binary of one's own
+/// (`ptsd_bench::sweep::SweepCommand`: `run SWEEP --sweep-out OUT`) in
+/// place of `ptsd sim --sweep`, the task's shard from the Slurm variables.
+/// Here the binary is a stand-in that says how it was called and hands the
+/// run to ptsd.
+#[test]
+fn the_slurm_script_runs_a_sweep_binary_of_ones_own() {
+    let (tmp, submit, sweep, out) = slurm_dirs();
+    let bin = tmp.path().join("my-sweep");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\necho \"my-sweep $*\"\n[ \"$1\" = run ] && [ \"$3\" = --sweep-out ] || exit 9\n\
+         exec \"$PTSD\" sim --sweep \"$2\" --sweep-out \"$4\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let task = sbatch_task(
+        &submit,
+        &sweep,
+        &out,
+        400,
+        (0, 3),
+        1,
+        &[("SWEEP_BIN", bin.to_str().unwrap())],
+    )
+    .output()
+    .unwrap();
+    ok(task, "array task 1 with SWEEP_BIN");
+    let log = std::fs::read_to_string(out.join("logs/task-1-400.log")).unwrap();
+    let called = format!(
+        "my-sweep run {} --sweep-out {}",
+        sweep.display(),
+        out.display()
+    );
+    assert!(log.contains(&called) && log.contains("shard 1/4"), "{log}");
+    assert!(out.join("shard-0001-of-0004.jsonl").exists());
 }

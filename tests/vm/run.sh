@@ -96,13 +96,17 @@ log "building ptsd ($target, release)"
 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true \
     cargo build --release --locked --quiet --target "$target" --features ublk --bin ptsd
 ptsd_bin=$root/target/$target/release/ptsd
+# TPFTL's own ublk server (examples/tpftl; scenarios/tpftl-ublk.sh).
+CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true \
+    cargo build --release --locked --quiet --target "$target" -p ptsd-example-tpftl --bin tpftl-ublk
 
 # --- initramfs ---------------------------------------------------------------
 rd=$cache/initramfs
 rm -rf "$rd" && mkdir -p "$rd"/{bin,sbin,lib,lib64,proc,sys,dev,run,tmp,mnt,etc}
 cp "$(command -v busybox)" "$rd/bin/busybox"
 cp "$ptsd_bin" "$rd/bin/ptsd"
-for lib in $(ldd "$ptsd_bin" 2>/dev/null | grep -o '/[^ ]*'); do
+cp "$root/target/$target/release/tpftl-ublk" "$rd/bin/tpftl-ublk"
+for lib in $( (ldd "$ptsd_bin"; ldd "$rd/bin/tpftl-ublk") 2>/dev/null | grep -o '/[^ ]*'); do
     mkdir -p "$rd$(dirname "$lib")" && cp -L "$lib" "$rd$lib"
 done
 cp "$kdir/ublk_drv.ko" "$kdir/brd.ko" "$rd/lib/"

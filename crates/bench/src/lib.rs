@@ -34,5 +34,6 @@ pub mod cmd;
 pub mod fsbench;
 pub mod paper_ftl;
 pub mod plot;
+pub mod sim;
 pub mod sweep;
 pub mod zns;

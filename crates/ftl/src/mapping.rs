@@ -20,6 +20,7 @@
 use std::fmt;
 
 use crate::config::{ConfigError, FtlConfig, SchemeConfig, DIRTY_ENTRY_BYTES, MAP_ENTRY_BYTES};
+use crate::request::Op;
 
 mod builtin;
 
@@ -144,6 +145,49 @@ pub trait MappingScheme: Send {
     /// Whether [`prefetch`](Self::prefetch) does anything (the engine
     /// skips the dynamic call otherwise).
     fn prefetches(&self) -> bool {
+        false
+    }
+    /// A whole host request (`op` is `Read`, `Write` or `Discard`, never
+    /// `Flush`), shown before any of its pages is translated, in dispatch
+    /// order: what request-level prefetching needs (on the first miss,
+    /// load the entries of the rest of the request). A read's
+    /// [`read`](Self::read) calls follow at once, one per page not served
+    /// from the write buffer; a discard's [`write`](Self::write) calls
+    /// follow at once; a write's pages reach [`write`](Self::write) only
+    /// when a buffer flush programs them, later and possibly among other
+    /// requests' pages. Called only if
+    /// [`sees_requests`](Self::sees_requests) says so.
+    ///
+    /// ```
+    /// use ptsd_ftl::mapping::{MapAction, MappingScheme};
+    /// use ptsd_ftl::Op;
+    ///
+    /// /// Remembers the read request being translated.
+    /// #[derive(Clone, Default)]
+    /// struct Span(Option<(u32, u32)>);
+    /// impl MappingScheme for Span {
+    ///     fn request(&mut self, op: Op, lpn: u32, pages: u32) {
+    ///         self.0 = (op == Op::Read).then_some((lpn, lpn + pages));
+    ///     }
+    ///     fn sees_requests(&self) -> bool {
+    ///         true
+    ///     }
+    ///     // ... the rest of a scheme (a full page map here).
+    ///     fn read(&mut self, _: u32, _: u32, _: &mut Vec<MapAction>) -> bool { true }
+    ///     fn write(&mut self, _: u32, _: u32, _: &mut Vec<MapAction>) -> bool { true }
+    ///     fn gc_update(&mut self, _: u32, _: &[u32], _: &mut Vec<MapAction>) {}
+    ///     fn write_back_all(&mut self, _: &mut Vec<MapAction>) {}
+    ///     fn memory_bytes(&self) -> u64 { 0 }
+    ///     fn clone_box(&self) -> Box<dyn MappingScheme> { Box::new(self.clone()) }
+    /// }
+    /// let mut s = Span::default();
+    /// s.request(Op::Read, 8, 4);
+    /// assert_eq!(s.0, Some((8, 12)));
+    /// ```
+    fn request(&mut self, _op: Op, _lpn: u32, _pages: u32) {}
+    /// Whether [`request`](Self::request) does anything (the engine skips
+    /// the dynamic call otherwise: the built-ins do not look at requests).
+    fn sees_requests(&self) -> bool {
         false
     }
     /// An independent copy (a snapshot of the device).

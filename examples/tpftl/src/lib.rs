@@ -9,7 +9,11 @@
 //! the TP and, when the entries just before the requested one are cached
 //! (a sequential pattern), also caches as many entries after it from the
 //! page it has just read (selective prefetching: no extra flash read).
-//! Replacement is clean-first within the LRU TP node (a clean entry goes
+//! Request-level prefetching: on a miss, the entries of the rest of the
+//! host request that lie in the TP just read are cached too (the scheme
+//! sees each whole request through [`MappingScheme::request`]), so a
+//! multi-page request costs one TP read per TP it touches, not one per
+//! page. Replacement is clean-first within the LRU TP node (a clean entry goes
 //! without a flash write); when that node has only dirty entries, all of
 //! them are written back in one TP update (batch update) and stay cached,
 //! clean.
@@ -41,9 +45,12 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use ptsd_bench::sim::Registry;
 use ptsd_ftl::mapping::{Lists, MapAction, MapGeometry, MappingScheme, SchemeFactory};
-use ptsd_ftl::{ConfigError, FtlConfig, StoreKind};
+use ptsd_ftl::{ConfigError, FtlConfig, Op, Ssd, StoreKind};
+use ptsd_stack::{Claim, Holder, StackError};
 
 /// The emulated SSD `ptsd ublk add --ftl dftl` serves (the paper's board,
 /// DFTL's mapping budget with a floor of four mapping pages), with TPFTL
@@ -62,6 +69,56 @@ pub fn device_config(bytes: u64, store: StoreKind) -> FtlConfig {
     cfg
 }
 
+/// TPFTL's emulated SSD of [`device_config`], opened as `ptsd ublk` opens
+/// its own: an image file is claimed under ptsd-stack's exclusive image
+/// lock (held until the [`Claim`] is dropped), so an image that `ptsd
+/// mount`, mkfs, fsck or another ublk daemon holds is refused, naming the
+/// holder, and none of them can take this one while it is served.
+///
+/// ```
+/// use ptsd_ftl::StoreKind;
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = StoreKind::File { path: dir.path().join("ssd.img") };
+/// let (ssd, claim) = ptsd_example_tpftl::open_device(64 << 20, store.clone()).unwrap();
+/// let err = ptsd_example_tpftl::open_device(64 << 20, store).err().unwrap();
+/// assert!(err.to_string().contains("in use by PID"), "{err}");
+/// drop((ssd, claim));
+/// ```
+pub fn open_device(bytes: u64, store: StoreKind) -> Result<(Ssd, Option<Claim>), StackError> {
+    ptsd_stack::claim_ssd(device_config(bytes, store), Holder::Ublk, Duration::ZERO)
+}
+
+/// The built-in FTLs plus TPFTL (`tpftl`) and its ablations
+/// (`tpftl-noprefetch`, `tpftl-noclean`, `tpftl-norequest`), by the names
+/// a sweep file's `ftl` gives: what `tpftl-sweep` runs sweeps with.
+///
+/// ```
+/// let names = ptsd_example_tpftl::registry().names();
+/// assert!(names.contains(&"dftl".to_string()) && names.contains(&"tpftl".to_string()));
+/// ```
+pub fn registry() -> Registry {
+    let on = Tpftl::default();
+    [
+        on,
+        Tpftl {
+            prefetch: false,
+            ..on
+        },
+        Tpftl {
+            clean_first: false,
+            ..on
+        },
+        Tpftl {
+            request_prefetch: false,
+            ..on
+        },
+    ]
+    .into_iter()
+    .fold(Registry::builtins(), |reg, t| {
+        reg.with_scheme(&t.name(), Arc::new(t))
+    })
+}
+
 /// Bytes a cached entry costs: its offset in the TP and its physical page.
 pub const ENTRY_BYTES: u64 = 6;
 /// Bytes a TP node costs: the TP number and its entry count.
@@ -78,12 +135,23 @@ const DIRTY: u8 = 2;
 
 /// The TPFTL factory; the fields turn its techniques off one by one (for
 /// ablations), all on by default.
+///
+/// ```
+/// use ptsd_example_tpftl::Tpftl;
+/// use ptsd_ftl::SchemeFactory;
+/// assert_eq!(Tpftl::default().name(), "tpftl");
+/// let t = Tpftl { request_prefetch: false, ..Tpftl::default() };
+/// assert_eq!(t.name(), "tpftl-norequest");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tpftl {
     /// Selective prefetching on a miss after cached predecessors.
     pub prefetch: bool,
     /// Evict a clean entry of the LRU TP node before writing any back.
     pub clean_first: bool,
+    /// Request-level prefetching: a miss caches the rest of its read or
+    /// discard request's entries in the TP just read.
+    pub request_prefetch: bool,
 }
 
 impl Default for Tpftl {
@@ -91,18 +159,26 @@ impl Default for Tpftl {
         Tpftl {
             prefetch: true,
             clean_first: true,
+            request_prefetch: true,
         }
     }
 }
 
 impl SchemeFactory for Tpftl {
+    /// `tpftl`, with `-noprefetch`, `-noclean`, `-norequest` for each
+    /// technique turned off.
     fn name(&self) -> String {
-        match (self.prefetch, self.clean_first) {
-            (true, true) => "tpftl".into(),
-            (false, true) => "tpftl-noprefetch".into(),
-            (true, false) => "tpftl-noclean".into(),
-            (false, false) => "tpftl-plain".into(),
+        let mut name = String::from("tpftl");
+        for (on, off) in [
+            (self.prefetch, "-noprefetch"),
+            (self.clean_first, "-noclean"),
+            (self.request_prefetch, "-norequest"),
+        ] {
+            if !on {
+                name.push_str(off);
+            }
         }
+        name
     }
 
     fn check(&self, g: &MapGeometry) -> Result<(), ConfigError> {
@@ -148,7 +224,10 @@ struct Cache {
     /// Bytes for nodes and entries.
     cap: u64,
     used: u64,
+    /// The read or discard request being translated (`start..end`).
+    request: Option<(u32, u32)>,
     prefetched: u64,
+    request_prefetched: u64,
     batch_updates: u64,
     batch_entries: u64,
     clean_evictions: u64,
@@ -166,7 +245,9 @@ impl Cache {
             gtd_bytes: g.gtd_bytes(),
             cap: g.budget_bytes - g.gtd_bytes(),
             used: 0,
+            request: None,
             prefetched: 0,
+            request_prefetched: 0,
             batch_updates: 0,
             batch_entries: 0,
             clean_evictions: 0,
@@ -292,11 +373,42 @@ impl Cache {
         acts.push(MapAction::Load(mpn));
         self.touch_node(mpn);
         self.insert(lpn, mpn, dirty);
+        if self.opts.request_prefetch {
+            self.prefetch_request(lpn, mpn);
+        }
         if self.opts.prefetch {
             self.prefetch(lpn, mpn);
         }
         self.fit(lpn, acts);
         false
+    }
+
+    /// Request-level prefetching: the entries of the rest of the current
+    /// request that lie in TP `mpn` (just read for `lpn`).
+    fn prefetch_request(&mut self, lpn: u32, mpn: u32) {
+        let Some((start, end)) = self.request else {
+            return;
+        };
+        if !(start..end).contains(&lpn) {
+            return;
+        }
+        let last = end.min((mpn + 1) * self.epp).min(self.logical);
+        self.request_prefetched += self.cache_behind(mpn, lpn + 1..last);
+    }
+
+    /// Cache the entries of `lpns` (in TP `mpn`, just read) not cached yet,
+    /// clean, behind the requested entry in the node's LRU order; how many.
+    fn cache_behind(&mut self, mpn: u32, lpns: std::ops::Range<u32>) -> u64 {
+        let mut added = 0;
+        for l in lpns {
+            if self.state[l as usize] == NOT_CACHED {
+                self.state[l as usize] = CLEAN;
+                self.entries.push_back(2 * mpn as usize, l);
+                self.used += ENTRY_BYTES;
+                added += 1;
+            }
+        }
+        added
     }
 
     /// Selective prefetching: when the entry before `lpn` is cached (a
@@ -316,19 +428,24 @@ impl Cache {
         let room = (self.cap / 2 / ENTRY_BYTES) as u32;
         let len = run.saturating_mul(PREFETCH_GROWTH).min(room);
         let last = (lpn + 1).saturating_add(len).min(end);
-        for l in lpn + 1..last {
-            if self.state[l as usize] == NOT_CACHED {
-                // Behind the requested entry in the node's LRU order.
-                self.state[l as usize] = CLEAN;
-                self.entries.push_back(2 * mpn as usize, l);
-                self.used += ENTRY_BYTES;
-                self.prefetched += 1;
-            }
-        }
+        self.prefetched += self.cache_behind(mpn, lpn + 1..last);
     }
 }
 
 impl MappingScheme for Cache {
+    fn request(&mut self, op: Op, lpn: u32, pages: u32) {
+        // A write's pages are translated only when the buffer flushes them,
+        // among other requests' pages: nothing to prefetch for.
+        self.request = match op {
+            Op::Read | Op::Discard => Some((lpn, lpn.saturating_add(pages))),
+            Op::Write | Op::Flush => None,
+        };
+    }
+
+    fn sees_requests(&self) -> bool {
+        self.opts.request_prefetch
+    }
+
     fn read(&mut self, lpn: u32, mpn: u32, acts: &mut Vec<MapAction>) -> bool {
         self.lookup(lpn, mpn, false, acts)
     }
@@ -381,6 +498,7 @@ impl MappingScheme for Cache {
     fn counters(&self, out: &mut Vec<(&'static str, u64)>) {
         out.extend([
             ("prefetched", self.prefetched),
+            ("request_prefetched", self.request_prefetched),
             ("batch_updates", self.batch_updates),
             ("batch_entries", self.batch_entries),
             ("clean_evictions", self.clean_evictions),

@@ -27,10 +27,16 @@ fn tpftl_passes_the_kit_with_a_roomier_cache_read_priority_and_cost_benefit_gc()
 
 #[test]
 fn every_ablation_passes_the_kit() {
-    for (prefetch, clean_first) in [(false, true), (true, false), (false, false)] {
+    for (prefetch, clean_first, request_prefetch) in [
+        (false, true, true),
+        (true, false, true),
+        (true, true, false),
+        (false, false, false),
+    ] {
         Kit::new(Arc::new(Tpftl {
             prefetch,
             clean_first,
+            request_prefetch,
         }))
         .cases(3)
         .check();

@@ -57,3 +57,39 @@ fn tpftl_serves_block_requests_through_the_ublk_engine() {
         assert_eq!(handle.read_buffer(1, 65536).unwrap(), data(i as u64));
     }
 }
+
+/// `tpftl-ublk --store IMAGE` opens its image under ptsd-stack's lock: an
+/// image `ptsd mount` holds is refused, naming the holder; while served,
+/// a mount of it is refused.
+#[test]
+fn an_image_is_claimed_as_ptsd_ublk_claims_it() {
+    use std::time::Duration;
+
+    use ptsd_example_tpftl::open_device;
+    use ptsd_stack::{claim_ssd, Holder};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreKind::File {
+        path: dir.path().join("ssd.img"),
+    };
+    let mounted = claim_ssd(
+        device_config(32 << 20, store.clone()),
+        Holder::Mount,
+        Duration::ZERO,
+    )
+    .unwrap();
+    let err = open_device(32 << 20, store.clone()).err().unwrap();
+    assert!(err.to_string().contains("(ptsd mount)"), "{err}");
+    drop(mounted);
+
+    let served = open_device(32 << 20, store.clone()).unwrap();
+    assert!(served.1.is_some(), "a file store is claimed");
+    let err = claim_ssd(
+        device_config(32 << 20, store),
+        Holder::Mount,
+        Duration::ZERO,
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("(ptsd ublk)"), "{err}");
+}

@@ -24,7 +24,7 @@
 //! ```
 
 #[macro_use]
-mod out;
+pub(crate) mod out;
 
 #[cfg(not(target_env = "musl"))]
 pub mod blk;

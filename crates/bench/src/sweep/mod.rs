@@ -6,9 +6,11 @@
 //! ([`ShardWriter`]), and [`merge`] checks that every run is present exactly
 //! once before writing one table, one JSON and the plots.
 //!
-//! What a run *does* is not this module's business: a run is a list of
-//! `option = value` pairs (the options of `ptsd sim`), and the caller turns
-//! them into a simulation and a JSON result.
+//! A run is a list of `option = value` pairs, the options of `ptsd sim`
+//! ([`crate::sim::RunArgs`]); [`run_shard`] simulates a shard's runs with
+//! the FTLs of a [`crate::sim::Registry`] (the built-ins, plus any custom
+//! scheme the calling binary registered), and [`SweepCommand`] is the
+//! `run`/`merge` command line a researcher's own sweep binary needs.
 //!
 //! ```
 //! use ptsd_bench::sweep::{Shard, SweepSpec};
@@ -30,6 +32,7 @@
 //! assert_eq!(mine[0].id, "ftl=page qd=32");
 //! ```
 
+mod exec;
 mod merge;
 mod plot;
 
@@ -41,6 +44,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use exec::{
+    merge_command, run_shard, words, MergeArgs, RunShardArgs, SweepCommand, NOT_SWEEPABLE,
+};
 pub use merge::{merge, strip_wall_clock, MergeReport};
 
 /// A sweep could not be read, expanded, sharded or merged.
@@ -77,6 +83,15 @@ pub enum SweepError {
     Incomplete(String),
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),
+    #[error("run {index} \"{id}\" (ptsd sim {words})")]
+    Run {
+        index: usize,
+        id: String,
+        words: String,
+        // Boxed: a simulation's errors are large, the sweep's small.
+        #[source]
+        source: Box<crate::sim::SimRunError>,
+    },
 }
 
 /// A sweep file: optionally `shards = N` (the shard count a batch

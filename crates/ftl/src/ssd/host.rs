@@ -44,10 +44,20 @@ impl Ssd {
         t: u64,
         dest: Option<&mut [u8]>,
     ) -> Result<u64, FtlError> {
+        self.show_request(req);
         self.serving_read = true;
         let r = self.read_pages(req, t, dest);
         self.serving_read = false;
         r
+    }
+
+    /// The scheme's request hook, if it has one (`lpn + pages` is within
+    /// the device: checked at submission).
+    #[inline]
+    fn show_request(&mut self, req: &Request) {
+        if self.cache_sees_requests {
+            self.cache.request(req.op, req.lpn as u32, req.pages);
+        }
     }
 
     /// Where on the store's device the flash pages of `pages` logical
@@ -177,6 +187,7 @@ impl Ssd {
         sync: bool,
         src: Option<&[u8]>,
     ) -> Result<u64, FtlError> {
+        self.show_request(req);
         let page = self.g.page_size as usize;
         let mut ready = t;
         for i in 0..req.pages {
@@ -218,6 +229,7 @@ impl Ssd {
     }
 
     pub(super) fn do_discard(&mut self, q: &Queued, t: u64) -> Result<u64, FtlError> {
+        self.show_request(&q.req);
         let mut acts = self.take_acts();
         for i in 0..q.req.pages {
             let lpn = (q.req.lpn + u64::from(i)) as u32;

@@ -120,6 +120,8 @@ pub struct Ssd {
     uses_map_pages: bool,
     /// `cache.prefetch` does something (only entry-granular PTSD's).
     cache_prefetches: bool,
+    /// `cache.request` does something (custom schemes only).
+    cache_sees_requests: bool,
     buf: WriteBuffer,
     pub(crate) store: Box<dyn Store>,
     has_data: bool,
@@ -245,6 +247,7 @@ impl Ssd {
             gtd_seq: vec![0; g.map_pages as usize],
             uses_map_pages: cache.uses_map_pages(),
             cache_prefetches: cache.prefetches(),
+            cache_sees_requests: cache.sees_requests(),
             cache,
             sched_stops: sched.stop_writes_when_full(),
             victims,
@@ -335,6 +338,7 @@ impl Ssd {
             scheme_base: self.scheme_base.clone(),
             uses_map_pages: self.uses_map_pages,
             cache_prefetches: self.cache_prefetches,
+            cache_sees_requests: self.cache_sees_requests,
             buf: self.buf.clone(),
             store: self.store.try_clone()?,
             has_data: self.has_data,

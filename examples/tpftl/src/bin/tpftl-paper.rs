@@ -1,6 +1,7 @@
 //! The PTSD paper's experiment with TPFTL beside DFTL and PTSD (WRITEOPT),
-//! plus two phases with locality (the workloads TPFTL was designed for):
-//! sequential runs, and Zipf-popular sequential runs.
+//! plus three phases with locality (the workloads TPFTL was designed for):
+//! sequential runs, Zipf-popular sequential runs, and random 32 KiB
+//! requests (the locality within a request).
 //!
 //! `cargo run --release -p ptsd-example-tpftl --bin tpftl-paper -- --scale 0.0625`
 
@@ -28,7 +29,8 @@ struct Args {
     /// All five built-in variants, not only DFTL and WRITEOPT.
     #[arg(long)]
     all: bool,
-    /// Also TPFTL with each technique off (prefetching, clean-first).
+    /// Also TPFTL with each technique off (selective prefetching,
+    /// clean-first, request-level prefetching).
     #[arg(long)]
     ablations: bool,
 }
@@ -49,7 +51,14 @@ fn main() -> Result<()> {
     opts = opts
         .clone()
         .with_phase("runs64", runs(64, 0.0, opts.seed + 10))
-        .with_phase("zipfruns16", runs(16, 0.99, opts.seed + 11));
+        .with_phase("zipfruns16", runs(16, 0.99, opts.seed + 11))
+        .with_phase(
+            "rand8p",
+            WorkloadSpec {
+                pages_per_request: 8,
+                ..WorkloadSpec::mixed(pages, opts.mixed_read_percent, requests / 8, opts.seed + 12)
+            },
+        );
     let mut entrants = if args.all {
         Entrant::variants()
     } else {
@@ -60,10 +69,15 @@ fn main() -> Result<()> {
     };
     entrants.push(Entrant::scheme(Arc::new(Tpftl::default())));
     if args.ablations {
-        for (prefetch, clean_first) in [(false, true), (true, false)] {
+        for (prefetch, clean_first, request_prefetch) in [
+            (false, true, true),
+            (true, false, true),
+            (true, true, false),
+        ] {
             entrants.push(Entrant::scheme(Arc::new(Tpftl {
                 prefetch,
                 clean_first,
+                request_prefetch,
             })));
         }
     }

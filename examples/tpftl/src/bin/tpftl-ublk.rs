@@ -4,13 +4,16 @@
 //! `cargo run --release -p ptsd-example-tpftl --features kernel --bin tpftl-ublk -- --size 1GiB --store mem`
 //!
 //! Needs the `ublk_drv` kernel module (the VM of `tests/vm/run.sh` has it).
+//! An image file (`--store PATH`) is claimed under ptsd-stack's image lock
+//! for as long as it is served, as `ptsd ublk` does: an image `ptsd mount`
+//! holds is refused.
 
 use std::io::Write as _;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use ptsd_example_tpftl::device_config;
-use ptsd_ftl::{Ssd, StoreKind};
+use ptsd_example_tpftl::{device_config, open_device};
+use ptsd_ftl::StoreKind;
 use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore};
@@ -36,6 +39,10 @@ struct Args {
     queues: u16,
     #[arg(long, default_value_t = 128)]
     depth: u16,
+    /// Queue threads sleep instead of busy-polling for completions (for a
+    /// VM with few CPUs, as `ptsd ublk add --no-poll`).
+    #[arg(long)]
+    no_poll: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -59,10 +66,9 @@ fn main() -> Result<()> {
             path: std::path::absolute(&p).with_context(|| format!("image {}", p.display()))?,
         },
     };
-    let cfg = device_config(args.size, store);
-    cfg.validate().context("the device configuration")?;
-    // What the device stores for tools that list it; the backend served is
-    // the one built below (see `kernel::run`).
+    device_config(args.size, store.clone())
+        .validate()
+        .context("the device configuration")?;
     let spec = DeviceSpec {
         backend: BackendSpec::Ftl {
             scheme: FtlScheme::Dftl,
@@ -72,7 +78,7 @@ fn main() -> Result<()> {
         },
         sched: None,
         lock_mode: LockMode::Swap,
-        poll: true,
+        poll: !args.no_poll,
     };
     let opts = DeviceOptions {
         id: args.id,
@@ -83,7 +89,9 @@ fn main() -> Result<()> {
     };
     kernel::check_driver()?;
     let timing = args.timing;
-    let ssd = Ssd::new(cfg).context("opening the emulated SSD")?;
+    // An image file stays claimed (ptsd-stack's image lock, as `ptsd ublk`
+    // holds it) until the device is deleted and `_claim` dropped.
+    let (ssd, _claim) = open_device(args.size, store).context("opening the emulated SSD")?;
     let backend = FtlBackend::new(ssd, timing).context("the FTL backend")?;
     let stats = kernel::run(&opts, false, Box::new(backend), |s: &Started| {
         println!("{}", s.bdev);
