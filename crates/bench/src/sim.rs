@@ -72,6 +72,14 @@ pub enum SimRunError {
     },
 }
 
+/// A name a [`Registry`] cannot take.
+#[derive(Debug, Error)]
+pub enum RegistryError {
+    /// The name is empty or a built-in's (`page`, `dftl`, `ptsd`, in any case).
+    #[error("registry name {0:?} is empty or a built-in's")]
+    ReservedName(String),
+}
+
 /// The built-in mapping schemes `--ftl` names without a registry entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum FtlKind {
@@ -107,8 +115,11 @@ pub enum TraceFormatArg {
 /// use ptsd_ftl::SchemeConfig;
 ///
 /// // Any SchemeFactory: here a built-in one under another name.
-/// let reg = Registry::builtins().with_scheme("mydftl", Arc::new(SchemeConfig::Dftl));
+/// let reg = Registry::builtins().with_scheme("mydftl", Arc::new(SchemeConfig::Dftl))?;
 /// assert_eq!(reg.names(), ["page", "dftl", "ptsd", "mydftl"]);
+/// // A built-in's name cannot be taken.
+/// assert!(reg.with_scheme("DFTL", Arc::new(SchemeConfig::Dftl)).is_err());
+/// # Ok::<(), ptsd_bench::sim::RegistryError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Registry {
@@ -124,28 +135,24 @@ impl Registry {
     }
 
     /// This registry with `name` running the custom `parts`. A name is
-    /// matched without regard to case; a built-in's name cannot be taken.
-    ///
-    /// # Panics
-    ///
-    /// If `name` is empty or names a built-in (a mistake in the calling
-    /// program, not in its input).
-    pub fn with(mut self, name: &str, parts: Extensions) -> Self {
+    /// matched without regard to case; an empty name or a built-in's is
+    /// refused.
+    pub fn with(mut self, name: &str, parts: Extensions) -> Result<Self, RegistryError> {
         let key = name.to_ascii_lowercase();
-        assert!(
-            !key.is_empty() && FtlKind::from_str(&key, true).is_err(),
-            "registry name {name:?} is empty or a built-in's"
-        );
+        if key.is_empty() || FtlKind::from_str(&key, true).is_ok() {
+            return Err(RegistryError::ReservedName(name.to_string()));
+        }
         self.custom.insert(key, parts);
-        self
+        Ok(self)
     }
 
-    /// This registry with `name` running the custom mapping `scheme`.
-    ///
-    /// # Panics
-    ///
-    /// As [`with`](Self::with).
-    pub fn with_scheme(self, name: &str, scheme: Arc<dyn SchemeFactory>) -> Self {
+    /// This registry with `name` running the custom mapping `scheme`;
+    /// refused as [`with`](Self::with) refuses.
+    pub fn with_scheme(
+        self,
+        name: &str,
+        scheme: Arc<dyn SchemeFactory>,
+    ) -> Result<Self, RegistryError> {
         self.with(
             name,
             Extensions {
@@ -558,7 +565,15 @@ mod tests {
         let builtins = Registry::builtins();
         let reg = builtins
             .clone()
-            .with_scheme("Mine", Arc::new(SchemeConfig::Dftl));
+            .with_scheme("Mine", Arc::new(SchemeConfig::Dftl))
+            .unwrap();
+        for taken in ["", "Dftl", "page"] {
+            let err = builtins
+                .clone()
+                .with_scheme(taken, Arc::new(SchemeConfig::Dftl))
+                .unwrap_err();
+            assert!(matches!(err, RegistryError::ReservedName(ref n) if n == taken));
+        }
         let mine = parse(&["--ftl", "mine", "--size", "64MiB"]).unwrap();
         let err = mine.config(&builtins).unwrap_err().to_string();
         assert!(err.contains("expected one of page, dftl, ptsd"), "{err}");

@@ -47,7 +47,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ptsd_bench::sim::Registry;
+use ptsd_bench::sim::{Registry, RegistryError};
 use ptsd_ftl::mapping::{Lists, MapAction, MapGeometry, MappingScheme, SchemeFactory};
 use ptsd_ftl::{ConfigError, FtlConfig, Op, Ssd, StoreKind};
 use ptsd_stack::{Claim, Holder, StackError};
@@ -93,10 +93,11 @@ pub fn open_device(bytes: u64, store: StoreKind) -> Result<(Ssd, Option<Claim>),
 /// a sweep file's `ftl` gives: what `tpftl-sweep` runs sweeps with.
 ///
 /// ```
-/// let names = ptsd_example_tpftl::registry().names();
+/// let names = ptsd_example_tpftl::registry()?.names();
 /// assert!(names.contains(&"dftl".to_string()) && names.contains(&"tpftl".to_string()));
+/// # Ok::<(), ptsd_bench::sim::RegistryError>(())
 /// ```
-pub fn registry() -> Registry {
+pub fn registry() -> Result<Registry, RegistryError> {
     let on = Tpftl::default();
     [
         on,
@@ -114,7 +115,7 @@ pub fn registry() -> Registry {
         },
     ]
     .into_iter()
-    .fold(Registry::builtins(), |reg, t| {
+    .try_fold(Registry::builtins(), |reg, t| {
         reg.with_scheme(&t.name(), Arc::new(t))
     })
 }

@@ -20,6 +20,6 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let text = cli.cmd.run(&ptsd_example_tpftl::registry())?;
+    let text = cli.cmd.run(&ptsd_example_tpftl::registry()?)?;
     writeln!(std::io::stdout().lock(), "{text}").context("writing to stdout")
 }
