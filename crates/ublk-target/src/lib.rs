@@ -54,6 +54,8 @@ pub mod nvmet;
 pub mod request;
 pub mod sched;
 pub mod stats;
+pub mod usercopy;
+pub mod zoned;
 
 pub use backend::{Backend, DirectBackend, ShutdownError};
 pub use engine::{serve, Clock, Engine, EngineConfig, QueueIo, QueueSide, Shared};

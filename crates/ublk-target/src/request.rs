@@ -22,7 +22,24 @@ pub mod op {
     pub const WRITE_SAME: u8 = 4;
     /// The sectors read back as zeroes.
     pub const WRITE_ZEROES: u8 = 5;
+    /// Open a zone explicitly (zoned devices).
+    pub const ZONE_OPEN: u8 = 10;
+    /// Close an open zone.
+    pub const ZONE_CLOSE: u8 = 11;
+    /// Make a zone full.
+    pub const ZONE_FINISH: u8 = 12;
+    /// Write at a zone's write pointer; the completion says where.
+    pub const ZONE_APPEND: u8 = 13;
+    /// Reset every zone.
+    pub const ZONE_RESET_ALL: u8 = 14;
+    /// Reset one zone (rewind its write pointer, erase it).
+    pub const ZONE_RESET: u8 = 15;
+    /// Fill the buffer with `struct blk_zone` entries from a zone on.
+    pub const REPORT_ZONES: u8 = 18;
 }
+
+/// Bytes of one `struct blk_zone` in a zone report.
+pub const BLK_ZONE_BYTES: u64 = 64;
 
 /// Bytes per kernel sector: `start_sector` and `nr_sectors` count these.
 pub const SECTOR: u64 = 512;
@@ -67,16 +84,37 @@ pub enum IoOp {
     Discard,
     /// Make blocks read back as zeroes.
     WriteZeroes,
+    /// Zoned: open the zone starting at `block`.
+    ZoneOpen,
+    /// Zoned: close the zone starting at `block`.
+    ZoneClose,
+    /// Zoned: finish the zone starting at `block`.
+    ZoneFinish,
+    /// Zoned: reset the zone starting at `block`.
+    ZoneReset,
+    /// Zoned: reset every zone.
+    ZoneResetAll,
+    /// Zoned: write at the write pointer of the zone starting at `block`.
+    ZoneAppend,
+    /// Zoned: report up to `blocks` zones from the one starting at `block`.
+    ReportZones,
 }
 
 impl IoOp {
     /// Every operation, in the order stats list them.
-    pub const ALL: [IoOp; 5] = [
+    pub const ALL: [IoOp; 12] = [
         IoOp::Read,
         IoOp::Write,
         IoOp::Flush,
         IoOp::Discard,
         IoOp::WriteZeroes,
+        IoOp::ZoneOpen,
+        IoOp::ZoneClose,
+        IoOp::ZoneFinish,
+        IoOp::ZoneReset,
+        IoOp::ZoneResetAll,
+        IoOp::ZoneAppend,
+        IoOp::ReportZones,
     ];
 
     /// Lower-case name used in stats output.
@@ -87,17 +125,56 @@ impl IoOp {
             IoOp::Flush => "flush",
             IoOp::Discard => "discard",
             IoOp::WriteZeroes => "write_zeroes",
+            IoOp::ZoneOpen => "zone_open",
+            IoOp::ZoneClose => "zone_close",
+            IoOp::ZoneFinish => "zone_finish",
+            IoOp::ZoneReset => "zone_reset",
+            IoOp::ZoneResetAll => "zone_reset_all",
+            IoOp::ZoneAppend => "zone_append",
+            IoOp::ReportZones => "report_zones",
         }
     }
 
     /// Whether the request moves data through the tag's buffer.
     pub fn has_data(self) -> bool {
-        matches!(self, IoOp::Read | IoOp::Write)
+        matches!(
+            self,
+            IoOp::Read | IoOp::Write | IoOp::ZoneAppend | IoOp::ReportZones
+        )
+    }
+
+    /// Whether the kernel hands the request's data to the target (a write
+    /// of some kind), rather than the target filling the buffer.
+    pub fn data_in(self) -> bool {
+        matches!(self, IoOp::Write | IoOp::ZoneAppend)
     }
 
     /// Whether the request changes device contents.
     pub fn modifies(self) -> bool {
-        matches!(self, IoOp::Write | IoOp::Discard | IoOp::WriteZeroes)
+        matches!(
+            self,
+            IoOp::Write
+                | IoOp::Discard
+                | IoOp::WriteZeroes
+                | IoOp::ZoneAppend
+                | IoOp::ZoneFinish
+                | IoOp::ZoneReset
+                | IoOp::ZoneResetAll
+        )
+    }
+
+    /// Whether the operation exists only on zoned devices.
+    pub fn is_zoned(self) -> bool {
+        matches!(
+            self,
+            IoOp::ZoneOpen
+                | IoOp::ZoneClose
+                | IoOp::ZoneFinish
+                | IoOp::ZoneReset
+                | IoOp::ZoneResetAll
+                | IoOp::ZoneAppend
+                | IoOp::ReportZones
+        )
     }
 }
 
@@ -106,13 +183,25 @@ impl IoOp {
 pub struct IoCmd {
     /// What to do.
     pub op: IoOp,
-    /// First device block (0 for FLUSH).
+    /// First device block (0 for FLUSH and ZONE_RESET_ALL; a zone's first
+    /// block for the other zone operations).
     pub block: u64,
-    /// Number of device blocks (0 for FLUSH).
+    /// Number of device blocks (0 for FLUSH and zone management); for
+    /// REPORT_ZONES, the most zones to report.
     pub blocks: u64,
 }
 
 impl IoCmd {
+    /// Bytes the request moves through its buffer with `block_size`-byte
+    /// blocks: its blocks, or a zone report's `struct blk_zone` array.
+    pub fn data_bytes(&self, block_size: u32) -> u64 {
+        match self.op {
+            IoOp::ReportZones => self.blocks * BLK_ZONE_BYTES,
+            op if op.has_data() => self.blocks * u64::from(block_size),
+            _ => 0,
+        }
+    }
+
     /// Whether two requests touch a common block (FLUSH touches none).
     pub fn overlaps(&self, other: &IoCmd) -> bool {
         self.blocks > 0
@@ -237,6 +326,17 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError> 
         op::WRITE => IoOp::Write,
         op::DISCARD => IoOp::Discard,
         op::WRITE_ZEROES => IoOp::WriteZeroes,
+        op::ZONE_APPEND => IoOp::ZoneAppend,
+        op::ZONE_RESET_ALL => {
+            return Ok(IoCmd {
+                op: IoOp::ZoneResetAll,
+                block: 0,
+                blocks: 0,
+            })
+        }
+        op::ZONE_OPEN | op::ZONE_CLOSE | op::ZONE_FINISH | op::ZONE_RESET | op::REPORT_ZONES => {
+            return decode_zone(raw, geo)
+        }
         other => return Err(UblkRequestError::UnsupportedOp(other)),
     };
     if raw.nr_sectors == 0 {
@@ -276,6 +376,61 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError> 
             });
         }
     }
+    Ok(IoCmd {
+        op: io_op,
+        block,
+        blocks,
+    })
+}
+
+/// Zone management and REPORT_ZONES: a start sector on a block boundary
+/// inside the device, and no sectors (management) or a zone count (report,
+/// in the descriptor's `nr_sectors` slot, the kernel's `nr_zones`). That
+/// the sector starts a zone is the zoned backend's check: only it knows
+/// the zone size.
+fn decode_zone(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError> {
+    let io_op = match raw.op() {
+        op::ZONE_OPEN => IoOp::ZoneOpen,
+        op::ZONE_CLOSE => IoOp::ZoneClose,
+        op::ZONE_FINISH => IoOp::ZoneFinish,
+        op::ZONE_RESET => IoOp::ZoneReset,
+        _ => IoOp::ReportZones,
+    };
+    let sectors_per_block = u64::from(geo.block_size.max(512)) / SECTOR;
+    if raw.start_sector % sectors_per_block != 0 {
+        return Err(UblkRequestError::Misaligned {
+            op: io_op,
+            sector: raw.start_sector,
+            sectors: raw.nr_sectors,
+            block_size: geo.block_size,
+        });
+    }
+    let block = raw.start_sector / sectors_per_block;
+    if block >= geo.num_blocks {
+        return Err(UblkRequestError::OutOfRange {
+            op: io_op,
+            block,
+            blocks: 0,
+            num_blocks: geo.num_blocks,
+        });
+    }
+    let blocks = if io_op == IoOp::ReportZones {
+        let zones = u64::from(raw.nr_sectors);
+        if zones == 0 {
+            return Err(UblkRequestError::Empty(io_op));
+        }
+        let bytes = zones * BLK_ZONE_BYTES;
+        if bytes > u64::from(geo.max_io_bytes) {
+            return Err(UblkRequestError::TooLarge {
+                op: io_op,
+                bytes,
+                max: geo.max_io_bytes,
+            });
+        }
+        zones
+    } else {
+        0
+    };
     Ok(IoCmd {
         op: io_op,
         block,

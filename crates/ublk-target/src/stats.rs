@@ -24,18 +24,15 @@ use std::collections::BTreeMap;
 /// ```
 #[derive(Clone)]
 pub struct OpStats {
-    hist: [Histogram<u64>; 5],
-    errors: [u64; 5],
+    hist: [Histogram<u64>; OPS],
+    errors: [u64; OPS],
 }
 
+const OPS: usize = IoOp::ALL.len();
+
 fn op_index(op: IoOp) -> usize {
-    match op {
-        IoOp::Read => 0,
-        IoOp::Write => 1,
-        IoOp::Flush => 2,
-        IoOp::Discard => 3,
-        IoOp::WriteZeroes => 4,
-    }
+    // `ALL` lists the variants in declaration order.
+    op as usize
 }
 
 fn new_hist() -> Histogram<u64> {
@@ -56,7 +53,7 @@ impl OpStats {
     pub fn new() -> Self {
         OpStats {
             hist: std::array::from_fn(|_| new_hist()),
-            errors: [0; 5],
+            errors: [0; OPS],
         }
     }
 
@@ -72,7 +69,7 @@ impl OpStats {
 
     /// Add another set of histograms into this one.
     pub fn merge(&mut self, other: &OpStats) {
-        for i in 0..5 {
+        for i in 0..OPS {
             // Same bounds on both sides, so adding cannot fail.
             let _ = self.hist[i].add(&other.hist[i]);
             self.errors[i] += other.errors[i];
