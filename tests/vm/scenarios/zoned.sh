@@ -51,9 +51,18 @@ zoned_layout() {
     if dd if=$ZN/z1 of="$dev" bs=1M seek=11 oflag=direct 2>/dev/null; then
         echo "a write off the write pointer succeeded"; return 1
     fi
+    # After a failed write the kernel trusts the zone's write pointer again
+    # only once a zone report (or reset, or finish) gave it: as with any
+    # zoned drive, the user reports first.
+    set -- $(zn_line "$dev" 1)
+    [ "$2 $4" = "0x000800 2" ] || { echo "after the failed write, zone 1: $*"; return 1; }
     dd if="$dev" of=$ZN/z1back bs=1M skip=8 count=1 iflag=direct 2>/dev/null && cmp $ZN/z1 $ZN/z1back || return 1
     # Past the capacity: 6 MiB fill the zone (full, cond 14), no more.
-    dd if=/dev/zero of="$dev" bs=1M seek=9 count=5 oflag=direct 2>/dev/null || { echo "filling zone 1 failed"; return 1; }
+    dd if=/dev/zero of="$dev" bs=1M seek=9 count=5 oflag=direct 2> $ZN/dd.err || {
+        echo "filling zone 1 failed: $(tail -n 1 $ZN/dd.err); zone 1: $(zn_line "$dev" 1); kernel: $(dmesg | tail -n 3 | tr '\n' ' ')"
+        echo "stats: $(ptsd ublk stats "$id" | tr -d ' \n' | sed 's/"p[0-9]*_ns":[0-9]*,//g; s/"m[a-z]*_ns":[0-9]*,*//g')"
+        return 1
+    }
     set -- $(zn_line "$dev" 1)
     [ "$4" = 14 ] || { echo "zone 1 not full: $*"; return 1; }
     # Management: open (3), close (4: written) or empty again (1), finish (14), reset (1).
