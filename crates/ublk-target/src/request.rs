@@ -342,19 +342,8 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError> 
     if raw.nr_sectors == 0 {
         return Err(UblkRequestError::Empty(io_op));
     }
-    let sectors_per_block = u64::from(geo.block_size.max(512)) / SECTOR;
-    if raw.start_sector % sectors_per_block != 0
-        || u64::from(raw.nr_sectors) % sectors_per_block != 0
-    {
-        return Err(UblkRequestError::Misaligned {
-            op: io_op,
-            sector: raw.start_sector,
-            sectors: raw.nr_sectors,
-            block_size: geo.block_size,
-        });
-    }
-    let block = raw.start_sector / sectors_per_block;
-    let blocks = u64::from(raw.nr_sectors) / sectors_per_block;
+    let block = first_block(raw, geo, io_op, true)?;
+    let blocks = u64::from(raw.nr_sectors) / sectors_per_block(geo);
     match block.checked_add(blocks) {
         Some(end) if end <= geo.num_blocks => {}
         _ => {
@@ -383,6 +372,30 @@ pub fn decode(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError> 
     })
 }
 
+fn sectors_per_block(geo: &Geometry) -> u64 {
+    u64::from(geo.block_size.max(512)) / SECTOR
+}
+
+/// The device block `raw` starts at, or Misaligned if its start (and, with
+/// `whole_length`, its length) is not whole blocks.
+fn first_block(
+    raw: &RawDesc,
+    geo: &Geometry,
+    op: IoOp,
+    whole_length: bool,
+) -> Result<u64, UblkRequestError> {
+    let spb = sectors_per_block(geo);
+    if raw.start_sector % spb != 0 || (whole_length && u64::from(raw.nr_sectors) % spb != 0) {
+        return Err(UblkRequestError::Misaligned {
+            op,
+            sector: raw.start_sector,
+            sectors: raw.nr_sectors,
+            block_size: geo.block_size,
+        });
+    }
+    Ok(raw.start_sector / spb)
+}
+
 /// Zone management and REPORT_ZONES: a start sector on a block boundary
 /// inside the device, and no sectors (management) or a zone count (report,
 /// in the descriptor's `nr_sectors` slot, the kernel's `nr_zones`). That
@@ -396,16 +409,7 @@ fn decode_zone(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError>
         op::ZONE_RESET => IoOp::ZoneReset,
         _ => IoOp::ReportZones,
     };
-    let sectors_per_block = u64::from(geo.block_size.max(512)) / SECTOR;
-    if raw.start_sector % sectors_per_block != 0 {
-        return Err(UblkRequestError::Misaligned {
-            op: io_op,
-            sector: raw.start_sector,
-            sectors: raw.nr_sectors,
-            block_size: geo.block_size,
-        });
-    }
-    let block = raw.start_sector / sectors_per_block;
+    let block = first_block(raw, geo, io_op, false)?;
     if block >= geo.num_blocks {
         return Err(UblkRequestError::OutOfRange {
             op: io_op,

@@ -162,21 +162,15 @@ impl ZonedBackend {
                     .map_err(err)?;
                 Ok((d.done_ns, len, Some(d.lpn * self.sectors_per_block())))
             }
-            IoOp::ZoneOpen => {
+            IoOp::ZoneOpen | IoOp::ZoneClose | IoOp::ZoneFinish | IoOp::ZoneReset => {
                 let zone = self.zone_at(p.cmd.block)?;
-                Ok((self.ssd.open(t, zone).map_err(err)?, 0, None))
-            }
-            IoOp::ZoneClose => {
-                let zone = self.zone_at(p.cmd.block)?;
-                Ok((self.ssd.close(t, zone).map_err(err)?, 0, None))
-            }
-            IoOp::ZoneFinish => {
-                let zone = self.zone_at(p.cmd.block)?;
-                Ok((self.ssd.finish(t, zone).map_err(err)?, 0, None))
-            }
-            IoOp::ZoneReset => {
-                let zone = self.zone_at(p.cmd.block)?;
-                Ok((self.ssd.reset(t, zone).map_err(err)?, 0, None))
+                let done = match p.cmd.op {
+                    IoOp::ZoneOpen => self.ssd.open(t, zone),
+                    IoOp::ZoneClose => self.ssd.close(t, zone),
+                    IoOp::ZoneFinish => self.ssd.finish(t, zone),
+                    _ => self.ssd.reset(t, zone),
+                };
+                Ok((done.map_err(err)?, 0, None))
             }
             IoOp::ZoneResetAll => {
                 // Every zone holding data or a resource; empty, read-only

@@ -4,14 +4,16 @@
 
 use ptsd_blockdev::{BlockDevice, MemDevice};
 use ptsd_ftl::zoned::{ZonedConfig, ZonedSsd};
-use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig, Incoming, QueueSide};
-use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
+use ptsd_ublk::engine::serve_once;
 use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlStore, Opened};
 use ptsd_ublk::zoned::ZonedBackend;
 use ptsd_ublk::{Backend, LockMode};
 use std::sync::Arc;
+
+mod common;
+use common::{clock_for, Rig};
 
 const BS: usize = 4096;
 const SPB: u64 = 8;
@@ -22,38 +24,8 @@ const ZONE: u64 = 32;
 const CAP: u64 = 24;
 const ZONES: usize = 32;
 
-struct Rig {
-    engine: Engine,
-    queue: FakeQueue,
-    handle: FakeHandle,
-    side: QueueSide,
-    scratch: Vec<Incoming>,
-    clock: Option<Arc<ptsd_ftl::VirtualClock>>,
-}
-
 fn rig_on(backend: Box<dyn Backend>, timing: Timing) -> Rig {
-    let (clock, t) = match timing {
-        Timing::Off => (Clock::wall(), None),
-        Timing::Emulate => {
-            let (c, t) = Clock::manual();
-            (c, Some(t))
-        }
-    };
-    let config = EngineConfig {
-        depth: DEPTH,
-        max_io_bytes: 64 * BS as u32,
-        ..EngineConfig::default()
-    };
-    let (engine, shared) = Engine::new(backend, config, clock);
-    let (queue, handle) = fake_queue(DEPTH, 64 * BS, false);
-    Rig {
-        engine,
-        queue,
-        handle,
-        side: QueueSide::new(shared, 0),
-        scratch: Vec::new(),
-        clock: t,
-    }
+    Rig::new(backend, clock_for(timing), DEPTH, 64 * BS)
 }
 
 fn rig(timing: Timing) -> Rig {
@@ -61,38 +33,30 @@ fn rig(timing: Timing) -> Rig {
     rig_on(Box::new(ZonedBackend::new(ssd, timing)), timing)
 }
 
-impl Rig {
-    /// Run queue → engine → queue once; with emulated timing, first move
-    /// the clock past every modelled completion.
-    fn turn(&mut self) {
-        serve_once(&mut self.queue, &mut self.side, &mut self.scratch).unwrap();
-        self.engine.step();
-        if let (Some(c), Some(t)) = (&self.clock, self.engine.next_event()) {
-            c.advance_to(t);
-            self.engine.step();
-        }
-        serve_once(&mut self.queue, &mut self.side, &mut self.scratch).unwrap();
-    }
+/// Zoned requests on tag 0, each completed before the next.
+trait ZonedOps {
+    fn req(&mut self, desc: RawDesc, data: Option<&[u8]>) -> i32;
+    fn write(&mut self, block: u64, blocks: u64, fill: u8) -> i32;
+    fn read(&mut self, block: u64, blocks: u64) -> Vec<u8>;
+    fn zone_op(&mut self, code: u8, zone: u64) -> i32;
+    fn report(&mut self, zone: u64, nr: u32) -> Vec<BlkZone>;
+}
 
-    /// Submit one request on tag 0 and return its result.
-    fn one(&mut self, desc: RawDesc, data: Option<&[u8]>) -> i32 {
-        self.handle.submit(0, desc, data).unwrap();
-        self.turn();
-        let c = self.handle.take_completions();
-        assert_eq!(c.len(), 1, "{c:?}");
-        c[0].1
+impl ZonedOps for Rig {
+    fn req(&mut self, desc: RawDesc, data: Option<&[u8]>) -> i32 {
+        self.one(0, desc, data)
     }
 
     fn write(&mut self, block: u64, blocks: u64, fill: u8) -> i32 {
         let data = vec![fill; blocks as usize * BS];
-        self.one(
+        self.req(
             RawDesc::new(op::WRITE, block * SPB, (blocks * SPB) as u32),
             Some(&data),
         )
     }
 
     fn read(&mut self, block: u64, blocks: u64) -> Vec<u8> {
-        let r = self.one(
+        let r = self.req(
             RawDesc::new(op::READ, block * SPB, (blocks * SPB) as u32),
             None,
         );
@@ -101,11 +65,11 @@ impl Rig {
     }
 
     fn zone_op(&mut self, code: u8, zone: u64) -> i32 {
-        self.one(RawDesc::new(code, zone * ZONE * SPB, 0), None)
+        self.req(RawDesc::new(code, zone * ZONE * SPB, 0), None)
     }
 
     fn report(&mut self, zone: u64, nr: u32) -> Vec<BlkZone> {
-        let r = self.one(RawDesc::new(op::REPORT_ZONES, zone * ZONE * SPB, nr), None);
+        let r = self.req(RawDesc::new(op::REPORT_ZONES, zone * ZONE * SPB, nr), None);
         assert_eq!(r, nr as i32 * 64, "the whole buffer is handed back");
         let buf = self.handle.read_buffer(0, nr as usize * 64).unwrap();
         buf.chunks_exact(64).map(BlkZone::parse).collect()
@@ -177,7 +141,7 @@ fn zone_append_returns_the_sector_written() {
     let mut r = rig(Timing::Off);
     let append = |r: &mut Rig, blocks: u64, fill: u8| {
         let data = vec![fill; blocks as usize * BS];
-        let res = r.one(
+        let res = r.req(
             RawDesc::new(op::ZONE_APPEND, 2 * ZONE * SPB, (blocks * SPB) as u32),
             Some(&data),
         );
@@ -194,7 +158,7 @@ fn zone_append_returns_the_sector_written() {
     // and no sector.
     assert_eq!(append(&mut r, 9, 1), (-libc::EINVAL, None));
     let data = vec![1u8; BS];
-    let mid = r.one(
+    let mid = r.req(
         RawDesc::new(op::ZONE_APPEND, (2 * ZONE + 1) * SPB, SPB as u32),
         Some(&data),
     );
@@ -223,7 +187,7 @@ fn open_close_finish_reset_move_the_zone_through_its_states() {
     // Closing an empty zone is an invalid transition (EIO); a zone command
     // not at a zone start is EINVAL.
     assert_eq!(r.zone_op(op::ZONE_CLOSE, 5), -libc::EIO);
-    let off = r.one(RawDesc::new(op::ZONE_RESET, (3 * ZONE + 1) * SPB, 0), None);
+    let off = r.req(RawDesc::new(op::ZONE_RESET, (3 * ZONE + 1) * SPB, 0), None);
     assert_eq!(off, -libc::EINVAL);
 }
 
@@ -233,7 +197,7 @@ fn reset_all_empties_every_written_zone() {
     for z in 0..3 {
         assert_eq!(r.write(z * ZONE, 2, 9), 2 * BS as i32);
     }
-    assert_eq!(r.one(RawDesc::new(op::ZONE_RESET_ALL, 0, 0), None), 0);
+    assert_eq!(r.req(RawDesc::new(op::ZONE_RESET_ALL, 0, 0), None), 0);
     assert!(r
         .report(0, ZONES as u32)
         .iter()
@@ -286,10 +250,10 @@ fn the_zone_report_lists_every_zone_and_ends_with_a_zeroed_entry() {
 fn discard_is_refused_and_flush_succeeds() {
     let mut r = rig(Timing::Off);
     assert_eq!(
-        r.one(RawDesc::new(op::DISCARD, 0, 8), None),
+        r.req(RawDesc::new(op::DISCARD, 0, 8), None),
         -libc::EOPNOTSUPP
     );
-    assert_eq!(r.one(RawDesc::new(op::FLUSH, u64::MAX, 0), None), 0);
+    assert_eq!(r.req(RawDesc::new(op::FLUSH, u64::MAX, 0), None), 0);
 }
 
 #[test]
@@ -323,7 +287,7 @@ fn a_persistent_image_keeps_write_pointers_and_states_across_a_new_daemon() {
     assert_eq!(r.write(0, 3, 1), 3 * BS as i32);
     assert_eq!(r.write(2 * ZONE, 8, 2), 8 * BS as i32);
     assert_eq!(r.zone_op(op::ZONE_FINISH, 2), 0);
-    assert_eq!(r.one(RawDesc::new(op::FLUSH, u64::MAX, 0), None), 0);
+    assert_eq!(r.req(RawDesc::new(op::FLUSH, u64::MAX, 0), None), 0);
     drop(r); // the daemon dies
     assert!(disk.num_blocks() > 0);
     let mut r = open(&disk);
