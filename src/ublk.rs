@@ -206,6 +206,19 @@ fn check_shape(queues: u16, depth: u16) -> Result<()> {
 
 fn add(args: AddArgs) -> Result<()> {
     check_shape(args.queues, args.depth)?;
+    if args.zoned {
+        // The zoned device has no request scheduler (zone writes arrive in
+        // order, one per zone at a time) and its block is the NAND page.
+        if args.sched.is_some() {
+            bail!("--sched does not apply to --zoned (the zoned device serves requests in arrival order)");
+        }
+        if args.block_size != 4096 {
+            bail!(
+                "--block-size {} does not apply to --zoned: its block is the 4096-byte NAND page",
+                args.block_size
+            );
+        }
+    }
     let backend = match &args.backing {
         Some(path) => BackendSpec::Backing {
             path: std::path::absolute(path)

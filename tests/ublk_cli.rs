@@ -157,6 +157,10 @@ fn zoned_shapes_and_options_are_checked_before_any_driver() {
     let (code, e) = fails(&["ublk", "add", "--zone-size", "16MiB"]);
     assert_eq!(code, Some(2), "{e}");
     assert!(e.contains("--zoned"), "{e}");
+    let (_, e) = fails(&["ublk", "add", "--zoned", "--sched", "fifo"]);
+    assert!(e.contains("--sched does not apply to --zoned"), "{e}");
+    let (_, e) = fails(&["ublk", "add", "--zoned", "--block-size", "512"]);
+    assert!(e.contains("4096-byte NAND page"), "{e}");
     let (code, e) = fails(&["ublk", "add", "--zoned", "--mem"]);
     assert_eq!(code, Some(2), "{e}");
     assert!(e.contains("cannot be used with"), "{e}");
