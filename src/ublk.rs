@@ -112,7 +112,7 @@ pub struct AddArgs {
     /// Serve a host-managed zoned SSD (ZNS): zones written sequentially at
     /// their write pointer, zone append, open/close/finish/reset, zone
     /// report; no device GC. Takes --size, --store and --timing; not
-    /// --ftl, --mem or --backing.
+    /// --ftl, --mem, --backing, --sched or --block-size (4 KiB blocks).
     #[arg(long, conflicts_with_all = ["ftl", "mem", "backing"])]
     zoned: bool,
     /// Zone size with --zoned: a power of two of at least one 1 MiB erase
