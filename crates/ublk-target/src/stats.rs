@@ -134,3 +134,23 @@ pub struct StatsReport {
     /// The summary of each operation ("read", "write", "flush"...).
     pub ops: BTreeMap<String, OpSummary>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_has_its_own_histogram() {
+        // `op_index` relies on `IoOp::ALL` listing the variants in
+        // declaration order.
+        let mut s = OpStats::new();
+        for (i, op) in IoOp::ALL.into_iter().enumerate() {
+            assert_eq!(op_index(op), i);
+            s.record(op, 1_000 * (i as u64 + 1), true);
+        }
+        let r = s.report();
+        assert_eq!(r.ops.len(), IoOp::ALL.len());
+        assert_eq!(r.ops["report_zones"].count, 1);
+        assert_eq!(r.ops["zone_append"].count, 1);
+    }
+}
