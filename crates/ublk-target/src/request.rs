@@ -441,3 +441,41 @@ fn decode_zone(raw: &RawDesc, geo: &Geometry) -> Result<IoCmd, UblkRequestError>
         blocks,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GEO: Geometry = Geometry {
+        block_size: 4096,
+        num_blocks: 256,
+        max_io_bytes: 4096,
+    };
+
+    #[test]
+    fn zone_requests_decode_to_their_zone_start_and_zone_count() {
+        let open = decode(&RawDesc::new(op::ZONE_OPEN, 64, 0), &GEO).unwrap();
+        assert_eq!((open.op, open.block, open.blocks), (IoOp::ZoneOpen, 8, 0));
+        let all = decode(&RawDesc::new(op::ZONE_RESET_ALL, u64::MAX, 0), &GEO).unwrap();
+        assert_eq!((all.op, all.block), (IoOp::ZoneResetAll, 0));
+        let report = decode(&RawDesc::new(op::REPORT_ZONES, 0, 64), &GEO).unwrap();
+        assert_eq!((report.op, report.blocks), (IoOp::ReportZones, 64));
+        assert_eq!(report.data_bytes(4096), 64 * BLK_ZONE_BYTES);
+        let append = decode(&RawDesc::new(op::ZONE_APPEND, 64, 8), &GEO).unwrap();
+        assert_eq!((append.op, append.blocks), (IoOp::ZoneAppend, 1));
+        assert!(append.op.data_in() && append.op.modifies() && append.op.is_zoned());
+    }
+
+    #[test]
+    fn bad_zone_requests_get_their_errno() {
+        let err = |d: RawDesc| decode(&d, &GEO).unwrap_err().errno();
+        // Not on a block boundary, past the end, no zones, a report larger
+        // than the buffer (65 entries of 64 bytes).
+        assert_eq!(err(RawDesc::new(op::ZONE_RESET, 3, 0)), -libc::EINVAL);
+        assert_eq!(err(RawDesc::new(op::ZONE_FINISH, 256 * 8, 0)), -libc::EIO);
+        assert_eq!(err(RawDesc::new(op::REPORT_ZONES, 0, 0)), -libc::EINVAL);
+        assert_eq!(err(RawDesc::new(op::REPORT_ZONES, 0, 65)), -libc::EINVAL);
+        assert_eq!(err(RawDesc::new(op::ZONE_APPEND, 0, 16)), -libc::EINVAL);
+        assert_eq!(err(RawDesc::new(16, 0, 8)), -libc::EOPNOTSUPP);
+    }
+}
