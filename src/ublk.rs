@@ -4,6 +4,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ptsd_blockdev::size::parse_size;
+use ptsd_ftl::zoned::{ZonedConfig, ZonedSsd};
+use ptsd_ftl::StoreKind;
 use ptsd_stack::{Claim, Holder};
 use ptsd_ublk::ftl::Timing;
 use ptsd_ublk::kernel::{self, DeviceOptions, Started};
@@ -11,7 +13,7 @@ use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, Opened};
 use ptsd_ublk::{Backend, LockMode, SchedulerKind};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,6 +109,27 @@ pub struct AddArgs {
     /// per-request.
     #[arg(long, default_value = "swap", value_parser = parse_lock_mode)]
     lock: LockMode,
+    /// Serve a host-managed zoned SSD (ZNS): zones written sequentially at
+    /// their write pointer, zone append, open/close/finish/reset, zone
+    /// report; no device GC. Takes --size, --store and --timing; not
+    /// --ftl, --mem, --backing, --sched or --block-size (4 KiB blocks).
+    #[arg(long, conflicts_with_all = ["ftl", "mem", "backing"])]
+    zoned: bool,
+    /// Zone size with --zoned: a power of two of at least one 1 MiB erase
+    /// block (--size must be a multiple of it times the chip groups: 4 for
+    /// zones of 8 MiB or more).
+    #[arg(long, default_value = "8MiB", value_parser = parse_size, requires = "zoned")]
+    zone_size: u64,
+    /// Writable bytes of each zone with --zoned (default: the zone size; a
+    /// shipping ZNS drive's capacity is below its zone size).
+    #[arg(long, value_parser = parse_size, requires = "zoned")]
+    zone_capacity: Option<u64>,
+    /// Most zones open at once with --zoned (0 = no limit).
+    #[arg(long, default_value_t = 14, requires = "zoned")]
+    max_open: u32,
+    /// Most zones open or closed at once with --zoned (0 = no limit).
+    #[arg(long, default_value_t = 14, requires = "zoned")]
+    max_active: u32,
     /// Device id to ask for (default: the driver picks).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     id: i32,
@@ -183,6 +206,19 @@ fn check_shape(queues: u16, depth: u16) -> Result<()> {
 
 fn add(args: AddArgs) -> Result<()> {
     check_shape(args.queues, args.depth)?;
+    if args.zoned {
+        // The zoned device has no request scheduler (zone writes arrive in
+        // order, one per zone at a time) and its block is the NAND page.
+        if args.sched.is_some() {
+            bail!("--sched does not apply to --zoned (the zoned device serves requests in arrival order)");
+        }
+        if args.block_size != 4096 {
+            bail!(
+                "--block-size {} does not apply to --zoned: its block is the 4096-byte NAND page",
+                args.block_size
+            );
+        }
+    }
     let backend = match &args.backing {
         Some(path) => BackendSpec::Backing {
             path: std::path::absolute(path)
@@ -193,16 +229,19 @@ fn add(args: AddArgs) -> Result<()> {
             bytes: args.size,
             block_size: args.block_size,
         },
+        None if args.zoned => BackendSpec::Zoned {
+            bytes: args.size,
+            zone_bytes: args.zone_size,
+            zone_capacity_bytes: args.zone_capacity,
+            max_open: args.max_open,
+            max_active: args.max_active,
+            store: absolute_store(&args.store)?,
+            timing: args.timing,
+        },
         None => BackendSpec::Ftl {
             scheme: args.ftl.unwrap_or(FtlScheme::Ptsd),
             bytes: args.size,
-            store: match FtlStore::parse(&args.store) {
-                FtlStore::File(p) => FtlStore::File(
-                    std::path::absolute(&p)
-                        .with_context(|| format!("store file {}", p.display()))?,
-                ),
-                other => other,
-            },
+            store: absolute_store(&args.store)?,
             timing: args.timing,
         },
     };
@@ -212,6 +251,7 @@ fn add(args: AddArgs) -> Result<()> {
         lock_mode: args.lock,
         poll: !args.no_poll,
     };
+    check_image_kind(&spec)?;
     let opts = DeviceOptions {
         id: args.id,
         queues: args.queues,
@@ -224,6 +264,17 @@ fn add(args: AddArgs) -> Result<()> {
     // serves it, after the fork: the lock names the daemon's PID.
     kernel::check_driver()?;
     serve(opts, false, args.daemon)
+}
+
+/// `--store`: none, mem, or an image file (made absolute: the daemon
+/// runs from `/`).
+fn absolute_store(store: &str) -> Result<FtlStore> {
+    Ok(match FtlStore::parse(store) {
+        FtlStore::File(p) => FtlStore::File(
+            std::path::absolute(&p).with_context(|| format!("store file {}", p.display()))?,
+        ),
+        other => other,
+    })
 }
 
 fn recover(id: i32, daemon: bool) -> Result<()> {
@@ -264,9 +315,93 @@ fn open_backend(spec: &DeviceSpec, wait: Duration) -> Result<(Box<dyn Backend>, 
                 ptsd_stack::claim_ssd(cfg, Holder::Ublk, wait).context("emulated SSD")?;
             (Some(Opened::Ssd(Box::new(ssd))), claim)
         }
+        BackendSpec::Zoned { .. } => {
+            let cfg = spec
+                .zoned_config()
+                .context("a zoned device spec without a zoned configuration")?
+                .context("zoned SSD")?;
+            let (ssd, claim) = claim_zoned(cfg, wait)?;
+            (Some(Opened::Zoned(Box::new(ssd))), claim)
+        }
     };
     let backend = spec.build_backend(opened).context("backend")?;
     Ok((backend, claim))
+}
+
+/// Refuse, before any fork and with a clear message, a zoned shape the
+/// kernel would not take and an image of the other kind: a zoned image
+/// served as a conventional SSD or the reverse (opening would refuse
+/// either, less plainly).
+fn check_image_kind(spec: &DeviceSpec) -> Result<()> {
+    let (path, zoned) = match &spec.backend {
+        BackendSpec::Ftl {
+            store: FtlStore::File(path),
+            ..
+        } => (path, false),
+        BackendSpec::Zoned { store, .. } => {
+            spec.zoned_config()
+                .context("a zoned device spec without a zoned configuration")?
+                .context("--zoned")?;
+            match store {
+                FtlStore::File(path) => (path, true),
+                _ => return Ok(()),
+            }
+        }
+        _ => return Ok(()),
+    };
+    let Some(h) = image_header(path) else {
+        return Ok(());
+    };
+    let is_zoned = ZonedSsd::is_zoned_image(&h);
+    if !zoned && is_zoned {
+        bail!(
+            "{} is a zoned SSD image: serve it with --zoned (and the zone options it was made with)",
+            path.display()
+        );
+    }
+    if zoned && !is_zoned && h != [0; 8] {
+        bail!(
+            "{} is not a zoned SSD image (a conventional ptsd SSD image, or other data): serve a conventional image without --zoned",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// The first bytes of the image at `path`, if it exists and holds any.
+fn image_header(path: &Path) -> Option<[u8; 8]> {
+    let mut h = [0u8; 8];
+    std::fs::File::open(path).ok()?.read_exact(&mut h).ok()?;
+    Some(h)
+}
+
+/// Open the zoned SSD `cfg` describes: in memory, or its image (a new one
+/// made at its full size) locked through ptsd-stack as a conventional
+/// image is, and its write pointers and zone states recovered from it.
+fn claim_zoned(cfg: ZonedConfig, wait: Duration) -> Result<(ZonedSsd, Option<Claim>)> {
+    let StoreKind::File { path } = &cfg.nand.store else {
+        return Ok((ZonedSsd::new(cfg).context("zoned SSD")?, None));
+    };
+    let path = path.clone();
+    let bytes = ZonedSsd::image_bytes(&cfg);
+    let empty = std::fs::metadata(&path)
+        .map(|m| m.len() == 0)
+        .unwrap_or(true);
+    if empty {
+        // A new image: all zeroes, which opening formats.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(bytes))
+            .with_context(|| format!("creating the zoned SSD image {}", path.display()))?;
+    }
+    let (dev, claim) = ptsd_stack::claim_device(&path, cfg.nand.page_size, Holder::Ublk, wait)
+        .context("zoned SSD image")?;
+    let ssd = ZonedSsd::open_on(cfg, Box::new(dev))
+        .with_context(|| format!("opening the zoned SSD image {}", path.display()))?;
+    Ok((ssd, Some(claim)))
 }
 
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -448,6 +583,12 @@ fn list(json: bool) -> Result<()> {
                     timing,
                     ..
                 } => format!("ftl {scheme:?} store {store:?} timing {timing:?}"),
+                BackendSpec::Zoned {
+                    zone_bytes,
+                    store,
+                    timing,
+                    ..
+                } => format!("zoned, zones of {zone_bytes} B, store {store:?} timing {timing:?}"),
             },
             None => "(not ptsd)".to_string(),
         };

@@ -18,6 +18,7 @@ cache=$root/target/vm-cache
 mkdir -p "$cache"
 . tests/vm/dax-host.sh
 . tests/vm/uring-host.sh
+. tests/vm/zoned-host.sh
 t0=$(date +%s)
 log() { echo "== vm: [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -40,7 +41,7 @@ fi
 [ -n "$pkg" ] || { echo "vm test: no linux-image-6.12.*-cloud-amd64-unsigned in apt"; exit 1; }
 kdir=$cache/$pkg
 nvmet_mods="configfs nvmet nvmet-tcp nvme-fabrics nvme-tcp"
-if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd.ko" ] || [ ! -f "$kdir/.nvmet" ] || [ ! -f "$kdir/nfit.ko" ]; then
+if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd.ko" ] || [ ! -f "$kdir/.nvmet" ] || [ ! -f "$kdir/nfit.ko" ] || [ ! -f "$kdir/btrfs.ko" ]; then
     log "downloading $pkg"
     rm -rf "$kdir.tmp" && mkdir -p "$kdir.tmp"
     (cd "$kdir.tmp" && apt-get download -q "$pkg" >/dev/null 2>&1 || apt-get download "$pkg")
@@ -51,8 +52,9 @@ if [ ! -f "$kdir/vmlinuz" ] || [ ! -f "$kdir/ublk_drv.ko" ] || [ ! -f "$kdir/brd
     # latency figures); neither depends on another module.
     # The NVMe target and initiator over TCP (the export test): loaded in
     # this order, each needing only the ones before it (or nothing).
-    # And the NVDIMM stack for the DAX tests (dax-host.sh).
-    for m in ublk_drv brd $nvmet_mods $dax_modules; do
+    # And the NVDIMM stack for the DAX tests (dax-host.sh), btrfs for the
+    # zoned tests (zoned-host.sh).
+    for m in ublk_drv brd $nvmet_mods $dax_modules $zoned_modules; do
         ko=$(find "$kdir.tmp/x" -name "$m.ko*" | head -1)
         [ -n "$ko" ] || continue
         case "$ko" in
@@ -134,6 +136,7 @@ for lib in $(LD_LIBRARY_PATH=$fio_libpath ldd "$fdir/root/usr/bin/fio" | grep -o
 done
 dax_host_build
 uring_host_build
+zoned_host_build
 cp "${PTSD_VM_INIT:-tests/vm/guest-init.sh}" "$rd/init"
 # Scenarios in files of their own, sourced by /init.
 mkdir -p "$rd/lib/vm-scenarios" && cp tests/vm/scenarios/*.sh "$rd/lib/vm-scenarios/"

@@ -102,8 +102,12 @@ pub struct Finished {
     pub tag: u16,
     /// What it was.
     pub op: IoOp,
-    /// Bytes moved (READ/WRITE), 0 for other successes, or `-errno`.
+    /// Bytes moved (READ/WRITE/ZONE_APPEND/REPORT_ZONES), 0 for other
+    /// successes, or `-errno`.
     pub result: i32,
+    /// A zone append's first written sector (512-byte units, as the kernel
+    /// takes it back), `None` for every other request.
+    pub append_sector: Option<u64>,
     /// When the device finished it (engine clock, ns).
     pub done_ns: u64,
 }
@@ -123,6 +127,11 @@ pub trait Backend: Send {
     fn next_event(&self) -> Option<u64>;
     /// Requests accepted but not yet moved to `done`.
     fn in_flight(&self) -> usize;
+    /// A zoned device's zone shape (the kernel is then told the device is
+    /// host-managed zoned); `None` for a conventional device.
+    fn zone_geometry(&self) -> Option<crate::zoned::ZoneGeometry> {
+        None
+    }
     /// Called once when the target stops: flush what the device buffers.
     fn shutdown(&mut self) -> Result<(), ShutdownError> {
         Ok(())
@@ -142,6 +151,9 @@ pub enum ShutdownError {
     /// The emulated SSD stopped with a fault.
     #[error("the SSD failed")]
     Fault(#[source] ptsd_ftl::DeviceFault),
+    /// The zoned SSD's final flush failed.
+    #[error("flushing the zoned SSD")]
+    Zoned(#[source] ptsd_ftl::zoned::ZonedError),
     /// Checkpointing the SSD's image failed.
     #[error("checkpointing the SSD image")]
     Checkpoint(#[source] ptsd_ftl::FtlError),
@@ -217,6 +229,8 @@ impl<D: BlockDevice> DirectBackend<D> {
                     self.dev.write(p.cmd.block, buf)
                 }
             }
+            // The kernel sends zone operations to zoned devices only.
+            _ => return -libc::EOPNOTSUPP,
         };
         match res {
             Ok(()) if p.cmd.op.has_data() => bytes as i32,
@@ -249,6 +263,7 @@ impl<D: BlockDevice> Backend for DirectBackend<D> {
                 tag: p.tag,
                 op: p.cmd.op,
                 result,
+                append_sector: None,
                 done_ns: now_ns,
             });
         }

@@ -400,7 +400,7 @@ impl QueueSide {
         };
         match checked {
             Ok(cmd) => {
-                let bytes = cmd.blocks * u64::from(self.shared.geometry.block_size);
+                let bytes = cmd.data_bytes(self.shared.geometry.block_size);
                 if cmd.op.has_data() && (buf.len() as u64) < bytes {
                     self.shared.stats[self.qid as usize]
                         .lock()
@@ -454,9 +454,9 @@ impl QueueSide {
         !self.shared.outboxes[self.qid as usize].is_empty()
     }
 
-    /// Take the queue's completions and pass each `(tag, result)` to
-    /// `complete`. Returns how many were reaped.
-    pub fn reap(&mut self, mut complete: impl FnMut(u16, i32)) -> usize {
+    /// Take the queue's completions and pass each `(tag, result, zone
+    /// append sector)` to `complete`. Returns how many were reaped.
+    pub fn reap(&mut self, mut complete: impl FnMut(u16, i32, Option<u64>)) -> usize {
         let n = self.shared.outboxes[self.qid as usize].take_all(&mut self.reaped);
         if n == 0 {
             return 0;
@@ -470,7 +470,7 @@ impl QueueSide {
         for f in self.reaped.drain(..) {
             let (arrived, _) = self.arrivals[f.tag as usize];
             stats.record(f.op, now.saturating_sub(arrived), f.result >= 0);
-            complete(f.tag, f.result);
+            complete(f.tag, f.result, f.append_sector);
         }
         drop(stats);
         self.in_flight -= n.min(self.in_flight);
@@ -507,8 +507,9 @@ pub trait QueueIo {
     fn fetch(&mut self, wait: bool, out: &mut Vec<Incoming>) -> Result<(), QueueDown>;
     /// The data buffer of `tag`.
     fn buffer(&mut self, tag: u16) -> IoBufPtr;
-    /// Complete `tag` with `result` (bytes moved, 0, or `-errno`).
-    fn complete(&mut self, tag: u16, result: i32);
+    /// Complete `tag` with `result` (bytes moved, 0, or `-errno`) and, for
+    /// a successful zone append, the sector its data went to.
+    fn complete(&mut self, tag: u16, result: i32, append_sector: Option<u64>);
 }
 
 /// Serve one queue until it goes down: the loop every queue thread runs.
@@ -564,11 +565,11 @@ pub fn serve_once<Q: QueueIo>(
     for inc in incoming.drain(..) {
         let buf = q.buffer(inc.tag);
         if let Some(res) = side.accept(inc.tag, &inc.desc, buf) {
-            q.complete(inc.tag, res);
+            q.complete(inc.tag, res, None);
         }
     }
     side.submit();
-    let reaped = side.reap(|tag, res| q.complete(tag, res));
+    let reaped = side.reap(|tag, res, append| q.complete(tag, res, append));
     fetched?;
     Ok(arrived + reaped)
 }
@@ -577,7 +578,7 @@ pub fn serve_once<Q: QueueIo>(
 /// results (the queue they would complete on is gone).
 pub fn drain(side: &mut QueueSide) {
     while side.in_flight() > 0 {
-        if side.reap(|_, _| {}) == 0 {
+        if side.reap(|_, _, _| {}) == 0 {
             std::thread::sleep(Duration::from_micros(50));
         }
     }

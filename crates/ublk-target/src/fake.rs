@@ -39,6 +39,8 @@ pub enum FakeError {
 struct State {
     incoming: VecDeque<Incoming>,
     completed: Vec<(u16, i32)>,
+    /// Per tag: the sector its last zone append completed at.
+    appended: Vec<Option<u64>>,
     busy: Vec<bool>,
     closed: bool,
     woken: bool,
@@ -144,6 +146,7 @@ pub fn fake_queue(depth: u16, buf_bytes: usize, blocking: bool) -> (FakeQueue, F
         state: Mutex::new(State {
             incoming: VecDeque::new(),
             completed: Vec::new(),
+            appended: vec![None; depth as usize],
             busy: vec![false; depth as usize],
             closed: false,
             woken: false,
@@ -185,10 +188,13 @@ impl QueueIo for FakeQueue {
             .unwrap_or(IoBufPtr::NONE)
     }
 
-    fn complete(&mut self, tag: u16, result: i32) {
+    fn complete(&mut self, tag: u16, result: i32, append_sector: Option<u64>) {
         let mut st = self.inner.lock();
         if let Some(b) = st.busy.get_mut(tag as usize) {
             *b = false;
+        }
+        if let Some(a) = st.appended.get_mut(tag as usize) {
+            *a = append_sector;
         }
         st.completed.push((tag, result));
         self.inner.notify(&st);
@@ -284,6 +290,17 @@ impl FakeHandle {
                 Ok(b.to_vec())
             }
         }
+    }
+
+    /// The sector the last request completed on `tag` returned as a zone
+    /// append's (`None`: it was no zone append, or failed).
+    pub fn append_sector(&self, tag: u16) -> Option<u64> {
+        self.inner
+            .lock()
+            .appended
+            .get(tag as usize)
+            .copied()
+            .flatten()
     }
 
     /// Completions so far, in completion order (taken, not copied).

@@ -284,6 +284,7 @@ impl FtlBackend {
             tag: p.tag,
             op: p.cmd.op,
             result,
+            append_sector: None,
             done_ns: now_ns,
         });
     }
@@ -326,7 +327,7 @@ impl FtlBackend {
                 self.flush_marks.push((request_id(p), log.mark()));
                 return Ok(());
             }
-            IoOp::Read => return Ok(()),
+            _ => return Ok(()),
         };
         log.append(rec).map_err(|e| {
             tracing::error!(error = %ptsd_blockdev::ErrorChain(&e), log = %log.path().display(), cmd = ?p.cmd, "cannot log a write: refused");
@@ -453,6 +454,11 @@ impl Backend for FtlBackend {
             }
             IoOp::Discard => Op::Discard,
             IoOp::Flush => Op::Flush,
+            // The kernel sends zone operations to zoned devices only.
+            _ => {
+                self.refused.push(refuse(&p, -libc::EOPNOTSUPP, now_ns));
+                return;
+            }
         };
         // With a data store, the SSD takes a write's bytes straight from the
         // IO buffer and fills a read's in place (see `Inflight`).
@@ -576,6 +582,7 @@ fn refuse(p: &Pending, result: i32, now_ns: u64) -> Finished {
         tag: p.tag,
         op: p.cmd.op,
         result,
+        append_sector: None,
         done_ns: now_ns,
     }
 }

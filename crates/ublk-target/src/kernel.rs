@@ -11,6 +11,8 @@ use crate::engine::{
 use crate::request::RawDesc;
 use crate::spec::DeviceSpec;
 use crate::stats::{OpStats, StatsReport};
+use crate::usercopy::UserCopy;
+use crate::zoned::ZoneGeometry;
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
@@ -78,6 +80,9 @@ pub enum KernelError {
         /// What kind of RAM device.
         what: &'static str,
     },
+    /// The driver cannot serve a zoned device.
+    #[error("this kernel's ublk driver has no zoned support (UBLK_F_ZONED with UBLK_F_USER_COPY needs Linux 6.6+ built with CONFIG_BLK_DEV_ZONED)")]
+    NoZoned,
     /// The device carries no ptsd description (not made by `ptsd ublk add`).
     #[error("device {0} has no ptsd device description (not created by ptsd ublk add?)")]
     NoSpec(i32),
@@ -246,13 +251,23 @@ const USER_DATA_TARGET: u64 = 1 << 63;
 struct KernelQueue<'a> {
     q: &'a UblkQueue<'a>,
     bufs: &'a [IoBuf<u8>],
+    /// The user-copy data path (zoned devices): data moves through the
+    /// character device, and each tag remembers whether its request's
+    /// data goes back to the kernel (a read or a zone report: its bytes).
+    user_copy: Option<UserCopy>,
+    copy_out: Vec<bool>,
     efd: Option<OwnedFd>,
     /// The eventfd read's 8-byte target; leaked (see `new`).
     efd_buf: *mut u64,
 }
 
 impl<'a> KernelQueue<'a> {
-    fn new(q: &'a UblkQueue<'a>, bufs: &'a [IoBuf<u8>], wake: bool) -> std::io::Result<Self> {
+    fn new(
+        q: &'a UblkQueue<'a>,
+        bufs: &'a [IoBuf<u8>],
+        wake: bool,
+        user_copy: Option<UserCopy>,
+    ) -> std::io::Result<Self> {
         let efd = if wake {
             // SAFETY: eventfd with constant flags; the fd is owned below.
             let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -270,6 +285,8 @@ impl<'a> KernelQueue<'a> {
         let kq = KernelQueue {
             q,
             bufs,
+            user_copy,
+            copy_out: vec![false; bufs.len()],
             efd,
             efd_buf,
         };
@@ -303,6 +320,7 @@ impl QueueIo for KernelQueue<'_> {
     fn fetch(&mut self, wait: bool, out: &mut Vec<Incoming>) -> Result<(), QueueDown> {
         let q = self.q;
         let mut rearm = false;
+        let first = out.len();
         let res = q.flush_and_wake_io_tasks(
             |user_data, cqe, _last| {
                 if user_data & USER_DATA_TARGET != 0 {
@@ -332,6 +350,9 @@ impl QueueIo for KernelQueue<'_> {
                 tracing::error!(error = %e, "cannot re-arm the queue's wake-up");
             }
         }
+        if self.user_copy.is_some() {
+            self.copy_requests_in(out, first);
+        }
         res.map(|_| ()).map_err(|_| QueueDown)
     }
 
@@ -346,16 +367,74 @@ impl QueueIo for KernelQueue<'_> {
         }
     }
 
-    fn complete(&mut self, tag: u16, result: i32) {
+    fn complete(&mut self, tag: u16, result: i32, append_sector: Option<u64>) {
         let Some(buf) = self.bufs.get(tag as usize) else {
             return;
         };
-        if let Err(e) = self.q.complete_io_cmd_unified(
-            tag,
-            BufDesc::Slice(buf.as_slice()),
-            Ok(UblkIORes::Result(result)),
-        ) {
+        let mut result = result;
+        let desc = match &self.user_copy {
+            None => BufDesc::Slice(buf.as_slice()),
+            Some(uc) => {
+                let out = std::mem::take(&mut self.copy_out[tag as usize]);
+                if out && result > 0 {
+                    let data = &buf.as_slice()[..(result as usize).min(buf.len())];
+                    if let Err(e) = uc.copy_out(tag, data) {
+                        tracing::error!(tag, error = %e, "user copy to the kernel failed");
+                        result = -libc::EIO;
+                    }
+                }
+                match append_sector {
+                    Some(sector) if result >= 0 => BufDesc::ZonedAppendLba(sector),
+                    _ => BufDesc::Slice(&[]),
+                }
+            }
+        };
+        if let Err(e) = self
+            .q
+            .complete_io_cmd_unified(tag, desc, Ok(UblkIORes::Result(result)))
+        {
             tracing::error!(tag, error = %e, "commit failed");
+        }
+    }
+}
+
+impl KernelQueue<'_> {
+    /// User copy: fetch the data of the writes among `out[first..]` into
+    /// their tags' buffers, and note which requests give data back. A
+    /// request whose data cannot be fetched completes with EIO here.
+    fn copy_requests_in(&mut self, out: &mut Vec<Incoming>, first: usize) {
+        let mut i = first;
+        while i < out.len() {
+            let inc = out[i];
+            let t = inc.tag as usize;
+            let op = inc.desc.op();
+            let (Some(uc), Some(buf)) = (&self.user_copy, self.bufs.get(t)) else {
+                i += 1;
+                continue;
+            };
+            self.copy_out[t] = matches!(
+                op,
+                crate::request::op::READ | crate::request::op::REPORT_ZONES
+            );
+            let fetch = matches!(
+                op,
+                crate::request::op::WRITE | crate::request::op::ZONE_APPEND
+            );
+            let bytes = u64::from(inc.desc.nr_sectors) * crate::request::SECTOR;
+            // An oversized request is refused by `decode`; copy nothing.
+            if fetch && bytes <= buf.len() as u64 && bytes > 0 {
+                // SAFETY: the kernel just handed us this tag; nothing else
+                // uses its buffer until we hand the request to the engine.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr(), bytes as usize) };
+                if let Err(e) = uc.copy_in(inc.tag, dst) {
+                    tracing::error!(tag = inc.tag, error = %e, "user copy from the kernel failed");
+                    out.remove(i);
+                    self.complete(inc.tag, -libc::EIO, None);
+                    continue;
+                }
+            }
+            i += 1;
         }
     }
 }
@@ -379,8 +458,26 @@ impl Waker for EventFdWaker {
 fn queue_thread(qid: u16, dev: &UblkDev, shared: Arc<Shared>) {
     set_io_flusher();
     let bufs = dev.alloc_queue_io_bufs();
+    let user_copy = dev.dev_info.flags & u64::from(libublk::sys::UBLK_F_USER_COPY) != 0;
+    let uc = if user_copy {
+        // SAFETY: libublk keeps the character device open in `tgt.fds[0]`
+        // for the device's life; we only duplicate it.
+        let fd = unsafe { libc::dup(dev.tgt.fds[0]) };
+        if fd < 0 {
+            tracing::error!(qid, error = %std::io::Error::last_os_error(), "cannot duplicate the character device");
+            return;
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Some(UserCopy::new(
+            unsafe { std::fs::File::from_raw_fd(fd) },
+            qid,
+        ))
+    } else {
+        None
+    };
+    let fetch_bufs = if user_copy { None } else { Some(&bufs) };
     let queue = match UblkQueue::new(qid, dev)
-        .and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs))))
+        .and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(fetch_bufs)))
     {
         Ok(q) => q,
         Err(e) => {
@@ -389,7 +486,7 @@ fn queue_thread(qid: u16, dev: &UblkDev, shared: Arc<Shared>) {
         }
     };
     let poll = shared.config().poll;
-    let mut kq = match KernelQueue::new(&queue, &bufs, !poll) {
+    let mut kq = match KernelQueue::new(&queue, &bufs, !poll, uc) {
         Ok(kq) => kq,
         Err(e) => {
             tracing::error!(qid, error = %e, "queue wake-up setup failed");
@@ -403,7 +500,13 @@ fn queue_thread(qid: u16, dev: &UblkDev, shared: Arc<Shared>) {
     serve(&mut kq, &mut side);
 }
 
-fn set_params(dev: &mut UblkDev, geo_bs: u32, num_blocks: u64, spec: &DeviceSpec) {
+fn set_params(
+    dev: &mut UblkDev,
+    geo_bs: u32,
+    num_blocks: u64,
+    zones: Option<ZoneGeometry>,
+    spec: &DeviceSpec,
+) {
     let shift = geo_bs.trailing_zeros() as u8;
     let bytes = num_blocks * u64::from(geo_bs);
     dev.tgt.dev_size = bytes;
@@ -432,6 +535,21 @@ fn set_params(dev: &mut UblkDev, geo_bs: u32, num_blocks: u64, spec: &DeviceSpec
         },
         ..Default::default()
     };
+    if let Some(z) = zones {
+        // Host-managed zoned: zone size as the chunk, the zone limits, no
+        // discard (reclaim is by zone reset).
+        let spb = geo_bs >> 9;
+        let p = &mut dev.tgt.params;
+        p.types = libublk::sys::UBLK_PARAM_TYPE_BASIC | libublk::sys::UBLK_PARAM_TYPE_ZONED;
+        p.basic.chunk_sectors = u32::try_from(z.zone_blocks * u64::from(spb)).unwrap_or(u32::MAX);
+        p.discard = Default::default();
+        p.zoned = libublk::sys::ublk_param_zoned {
+            max_open_zones: z.max_open,
+            max_active_zones: z.max_active,
+            max_zone_append_sectors: (z.max_append_blocks * spb).min(p.basic.max_sectors),
+            ..Default::default()
+        };
+    }
     dev.set_target_json(serde_json::json!({ "ptsd": spec }));
 }
 
@@ -480,13 +598,23 @@ pub fn run(
     // once rather than hanging for a recovery that cannot be).
     let keep = recovery && opts.spec.ram_backed().is_none();
     let reissue = features & u64::from(libublk::sys::UBLK_F_USER_RECOVERY_REISSUE) != 0;
-    let ctrl_flags = match (keep, reissue) {
+    let mut ctrl_flags = match (keep, reissue) {
         (true, true) => u64::from(
             libublk::sys::UBLK_F_USER_RECOVERY | libublk::sys::UBLK_F_USER_RECOVERY_REISSUE,
         ),
         (true, false) => u64::from(libublk::sys::UBLK_F_USER_RECOVERY),
         (false, _) => 0,
     };
+    let zones = backend.zone_geometry();
+    if zones.is_some() {
+        // The driver takes a zoned device only with user copy (zone append
+        // returns its sector through the commit, which needs it).
+        let need = u64::from(libublk::sys::UBLK_F_ZONED | libublk::sys::UBLK_F_USER_COPY);
+        if features & need != need {
+            return Err(KernelError::NoZoned);
+        }
+        ctrl_flags |= need;
+    }
     let id = opts.id;
     let ctrl = if recover {
         // Checked first so that a live device is refused at once (the
@@ -554,7 +682,7 @@ pub fn run(
     };
     let result = ctrl.run_target(
         move |dev: &mut UblkDev| {
-            set_params(dev, bs, num_blocks, &spec);
+            set_params(dev, bs, num_blocks, zones, &spec);
             Ok(())
         },
         move |qid, dev: &UblkDev| queue_thread(qid, dev, q_shared.clone()),

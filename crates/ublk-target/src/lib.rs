@@ -16,6 +16,9 @@
 //!   scheduler, PTSD read priority by default ([`sched`]);
 //! - **real-time NAND timing**: with the emulated SSD and timing on, a
 //!   request completes when the NAND model says, on the wall clock.
+//! - **zoned devices**: the zoned SSD model served as a host-managed zoned
+//!   device ([`zoned`]), its data moved through the kernel's user-copy
+//!   interface ([`usercopy`]).
 //!
 //! The request path is our own [`engine::QueueIo`] trait, not libublk's
 //! types: the kernel queue (`kernel` module, feature `kernel`) and the
@@ -54,6 +57,8 @@ pub mod nvmet;
 pub mod request;
 pub mod sched;
 pub mod stats;
+pub mod usercopy;
+pub mod zoned;
 
 pub use backend::{Backend, DirectBackend, ShutdownError};
 pub use engine::{serve, Clock, Engine, EngineConfig, QueueIo, QueueSide, Shared};

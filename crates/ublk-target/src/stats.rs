@@ -24,18 +24,15 @@ use std::collections::BTreeMap;
 /// ```
 #[derive(Clone)]
 pub struct OpStats {
-    hist: [Histogram<u64>; 5],
-    errors: [u64; 5],
+    hist: [Histogram<u64>; OPS],
+    errors: [u64; OPS],
 }
 
+const OPS: usize = IoOp::ALL.len();
+
 fn op_index(op: IoOp) -> usize {
-    match op {
-        IoOp::Read => 0,
-        IoOp::Write => 1,
-        IoOp::Flush => 2,
-        IoOp::Discard => 3,
-        IoOp::WriteZeroes => 4,
-    }
+    // `ALL` lists the variants in declaration order.
+    op as usize
 }
 
 fn new_hist() -> Histogram<u64> {
@@ -56,7 +53,7 @@ impl OpStats {
     pub fn new() -> Self {
         OpStats {
             hist: std::array::from_fn(|_| new_hist()),
-            errors: [0; 5],
+            errors: [0; OPS],
         }
     }
 
@@ -72,7 +69,7 @@ impl OpStats {
 
     /// Add another set of histograms into this one.
     pub fn merge(&mut self, other: &OpStats) {
-        for i in 0..5 {
+        for i in 0..OPS {
             // Same bounds on both sides, so adding cannot fail.
             let _ = self.hist[i].add(&other.hist[i]);
             self.errors[i] += other.errors[i];
@@ -136,4 +133,24 @@ pub struct OpSummary {
 pub struct StatsReport {
     /// The summary of each operation ("read", "write", "flush"...).
     pub ops: BTreeMap<String, OpSummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_has_its_own_histogram() {
+        // `op_index` relies on `IoOp::ALL` listing the variants in
+        // declaration order.
+        let mut s = OpStats::new();
+        for (i, op) in IoOp::ALL.into_iter().enumerate() {
+            assert_eq!(op_index(op), i);
+            s.record(op, 1_000 * (i as u64 + 1), true);
+        }
+        let r = s.report();
+        assert_eq!(r.ops.len(), IoOp::ALL.len());
+        assert_eq!(r.ops["report_zones"].count, 1);
+        assert_eq!(r.ops["zone_append"].count, 1);
+    }
 }

@@ -5,12 +5,16 @@ use proptest::prelude::*;
 use ptsd_blockdev::MemDevice;
 use ptsd_ublk::backend::DirectBackend;
 use ptsd_ublk::engine::{serve, serve_once, Clock, Engine, EngineConfig, QueueSide};
-use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
+use ptsd_ublk::fake::fake_queue;
 use ptsd_ublk::handoff::LockMode;
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::sched::SchedulerKind;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
+use common::{clock_for, Rig};
+use ptsd_ublk::ftl::Timing;
 
 const BS: usize = 4096;
 const SPB: u32 = (BS / 512) as u32; // sectors per block
@@ -18,55 +22,27 @@ const BLOCKS: u64 = 1024;
 const DEPTH: u16 = 16;
 const BUF: usize = 64 << 10;
 
-struct Rig {
-    engine: Engine,
-    queue: FakeQueue,
-    handle: FakeHandle,
-    side: QueueSide,
-    scratch: Vec<ptsd_ublk::engine::Incoming>,
-}
-
 fn rig(sched: SchedulerKind) -> Rig {
     let backend = DirectBackend::new(MemDevice::new(BS as u32, BLOCKS).unwrap(), sched);
-    let config = EngineConfig {
-        queues: 1,
-        depth: DEPTH,
-        max_io_bytes: BUF as u32,
-        lock_mode: LockMode::Swap,
-        poll: true,
-    };
-    let (engine, shared) = Engine::new(Box::new(backend), config, Clock::wall());
-    let (queue, handle) = fake_queue(DEPTH, BUF, false);
-    Rig {
-        engine,
-        queue,
-        handle,
-        side: QueueSide::new(shared, 0),
-        scratch: Vec::new(),
-    }
+    Rig::new(Box::new(backend), clock_for(Timing::Off), DEPTH, BUF)
 }
 
-impl Rig {
-    /// Queue → engine → queue, one round.
-    fn round(&mut self) -> Vec<(u16, i32)> {
-        serve_once(&mut self.queue, &mut self.side, &mut self.scratch).unwrap();
-        self.engine.step();
-        serve_once(&mut self.queue, &mut self.side, &mut self.scratch).unwrap();
-        self.handle.take_completions()
-    }
+/// Whole-block writes and reads, each completed before the next.
+trait BlockOps {
+    fn write(&mut self, tag: u16, block: u64, data: &[u8]) -> i32;
+    fn read(&mut self, tag: u16, block: u64, blocks: usize) -> Vec<u8>;
+}
 
+impl BlockOps for Rig {
     fn write(&mut self, tag: u16, block: u64, data: &[u8]) -> i32 {
         let desc = RawDesc::new(op::WRITE, block * SPB as u64, (data.len() / 512) as u32);
-        self.handle.submit(tag, desc, Some(data)).unwrap();
-        let c = self.round();
-        assert_eq!(c.len(), 1);
-        c[0].1
+        self.one(tag, desc, Some(data))
     }
 
     fn read(&mut self, tag: u16, block: u64, blocks: usize) -> Vec<u8> {
         let desc = RawDesc::new(op::READ, block * SPB as u64, (blocks * BS / 512) as u32);
         self.handle.submit(tag, desc, None).unwrap();
-        let c = self.round();
+        let c = self.turn();
         assert_eq!(c, vec![(tag, (blocks * BS) as i32)]);
         self.handle.read_buffer(tag, blocks * BS).unwrap()
     }
@@ -93,7 +69,7 @@ fn flush_without_data_and_with_sector_max_succeeds() {
     r.handle
         .submit(3, RawDesc::new(op::FLUSH, u64::MAX, 0), None)
         .unwrap();
-    assert_eq!(r.round(), vec![(3, 0)]);
+    assert_eq!(r.turn(), vec![(3, 0)]);
 }
 
 #[test]
@@ -103,7 +79,7 @@ fn discard_and_write_zeroes_read_back_zeroes() {
     r.handle
         .submit(0, RawDesc::new(op::DISCARD, 10 * SPB as u64, SPB), None)
         .unwrap();
-    assert_eq!(r.round(), vec![(0, 0)]);
+    assert_eq!(r.turn(), vec![(0, 0)]);
     r.handle
         .submit(
             0,
@@ -111,7 +87,7 @@ fn discard_and_write_zeroes_read_back_zeroes() {
             None,
         )
         .unwrap();
-    assert_eq!(r.round(), vec![(0, 0)]);
+    assert_eq!(r.turn(), vec![(0, 0)]);
     let back = r.read(1, 10, 4);
     assert!(back[..BS].iter().all(|&b| b == 0));
     assert_eq!(back[BS..2 * BS], pattern(1, 4 * BS)[BS..2 * BS]);
@@ -149,18 +125,18 @@ fn read_priority_serves_reads_of_a_batch_first() {
     ];
     let mut r = rig(SchedulerKind::ReadPriority);
     submit_batch(&r, &reqs);
-    assert_eq!(tags(&r.round()), vec![2, 4, 0, 1, 3]);
+    assert_eq!(tags(&r.turn()), vec![2, 4, 0, 1, 3]);
 
     let mut f = rig(SchedulerKind::Fifo);
     submit_batch(&f, &reqs);
-    assert_eq!(tags(&f.round()), vec![0, 1, 2, 3, 4]);
+    assert_eq!(tags(&f.turn()), vec![0, 1, 2, 3, 4]);
 }
 
 #[test]
 fn a_read_never_passes_an_overlapping_write() {
     let mut r = rig(SchedulerKind::ReadPriority);
     submit_batch(&r, &[(0, op::WRITE, 7), (1, op::READ, 7), (2, op::READ, 9)]);
-    assert_eq!(tags(&r.round()), vec![2, 0, 1]);
+    assert_eq!(tags(&r.turn()), vec![2, 0, 1]);
     // And the read saw the write.
     assert_eq!(r.handle.read_buffer(1, BS).unwrap(), pattern(0, BS));
 }
@@ -178,7 +154,7 @@ fn flush_is_a_barrier_for_read_priority() {
             (4, op::READ, 7),
         ],
     );
-    assert_eq!(tags(&r.round()), vec![0, 1, 2, 4, 3]);
+    assert_eq!(tags(&r.turn()), vec![0, 1, 2, 4, 3]);
 }
 
 #[test]
@@ -201,7 +177,7 @@ fn malformed_requests_complete_with_errors() {
     ];
     for (desc, want) in cases {
         r.handle.submit(0, desc, None).unwrap();
-        assert_eq!(r.round(), vec![(0, want)], "{desc:?}");
+        assert_eq!(r.turn(), vec![(0, want)], "{desc:?}");
     }
     // A tag the queue does not have.
     let stats = r.side.shared().stats().report();
@@ -217,10 +193,10 @@ proptest! {
     fn any_descriptor_gets_an_answer(opf in any::<u32>(), sector in any::<u64>(), sectors in any::<u32>()) {
         let mut r = rig(SchedulerKind::ReadPriority);
         r.handle.submit(0, RawDesc { op_flags: (opf % 8) | (opf & !0xff), nr_sectors: sectors % 256, start_sector: sector % (2 * BLOCKS * SPB as u64) }, None).unwrap();
-        let c = r.round();
+        let c = r.turn();
         prop_assert_eq!(c.len(), 1);
         r.handle.submit(1, RawDesc { op_flags: opf, nr_sectors: sectors, start_sector: sector }, None).unwrap();
-        prop_assert_eq!(r.round().len(), 1);
+        prop_assert_eq!(r.turn().len(), 1);
     }
 }
 
@@ -349,7 +325,7 @@ fn queue_swapping_takes_one_lock_per_batch() {
             .unwrap();
     }
     let before = r.side.shared().lock_count();
-    assert_eq!(r.round().len(), DEPTH as usize);
+    assert_eq!(r.turn().len(), DEPTH as usize);
     // push + take on the inbox, push + take on the outbox.
     assert_eq!(r.side.shared().lock_count() - before, 4);
 }

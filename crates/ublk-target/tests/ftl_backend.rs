@@ -5,26 +5,20 @@ use ptsd_blockdev::BlockError;
 use ptsd_ftl::Clock as _;
 use ptsd_ftl::{FtlConfig, FtlError, Ssd, StoreKind, Variant, VirtualClock};
 use ptsd_ublk::backend::{block_errno, Backend};
-use ptsd_ublk::engine::{serve_once, Clock, Engine, EngineConfig, Incoming, QueueSide};
-use ptsd_ublk::fake::{fake_queue, FakeHandle, FakeQueue};
+use ptsd_ublk::engine::{Clock, Engine, EngineConfig, QueueSide};
+use ptsd_ublk::fake::{fake_queue, FakeHandle};
 use ptsd_ublk::ftl::{FtlBackend, Timing};
 use ptsd_ublk::request::{op, RawDesc};
 use ptsd_ublk::spec::{BackendSpec, DeviceSpec, FtlScheme, FtlStore, Opened};
 use ptsd_ublk::{LockMode, SchedulerKind};
 use std::sync::Arc;
 
+mod common;
+use common::{clock_for, Rig};
+
 const BS: usize = 4096;
 const SPB: u64 = 8;
 const DEPTH: u16 = 128;
-
-struct Rig {
-    engine: Engine,
-    queue: FakeQueue,
-    handle: FakeHandle,
-    side: QueueSide,
-    scratch: Vec<Incoming>,
-    clock: Option<Arc<VirtualClock>>,
-}
 
 /// The backend `spec` describes, on an SSD opened here (the binary opens
 /// and locks a persistent image through ptsd-stack instead).
@@ -51,51 +45,11 @@ fn rig(scheme: FtlScheme, timing: Timing, sched: Option<SchedulerKind>) -> Rig {
         lock_mode: LockMode::Swap,
         poll: true,
     };
-    let backend = build(&spec);
-    let (clock, handle_t) = match timing {
-        Timing::Off => (Clock::wall(), None),
-        Timing::Emulate => {
-            let (c, t) = Clock::manual();
-            (c, Some(t))
-        }
-    };
-    rig_for(backend, clock, handle_t)
+    rig_for(build(&spec), clock_for(timing))
 }
 
-fn rig_for(backend: Box<dyn Backend>, clock: Clock, handle_t: Option<Arc<VirtualClock>>) -> Rig {
-    let config = EngineConfig {
-        queues: 1,
-        depth: DEPTH,
-        max_io_bytes: 64 << 10,
-        lock_mode: LockMode::Swap,
-        poll: true,
-    };
-    let (engine, shared) = Engine::new(backend, config, clock);
-    let (queue, handle) = fake_queue(DEPTH, 64 << 10, false);
-    Rig {
-        engine,
-        queue,
-        handle,
-        side: QueueSide::new(shared, 0),
-        scratch: Vec::new(),
-        clock: handle_t,
-    }
-}
-
-impl Rig {
-    fn turn(&mut self) -> Vec<(u16, i32)> {
-        serve_once(&mut self.queue, &mut self.side, &mut self.scratch).unwrap();
-        self.engine.step();
-        serve_once(&mut self.queue, &mut self.side, &mut self.scratch).unwrap();
-        self.handle.take_completions()
-    }
-
-    fn one(&mut self, tag: u16, desc: RawDesc, data: Option<&[u8]>) -> i32 {
-        self.handle.submit(tag, desc, data).unwrap();
-        let c = self.turn();
-        assert_eq!(c.len(), 1, "{desc:?}");
-        c[0].1
-    }
+fn rig_for(backend: Box<dyn Backend>, clock: (Clock, Option<Arc<VirtualClock>>)) -> Rig {
+    Rig::new(backend, clock, DEPTH, 64 << 10)
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -117,7 +71,7 @@ fn an_out_of_space_ftl_answers_enospc_and_other_faults_eio() {
         cfg.store = StoreKind::Memory;
         let mut backend = FtlBackend::new(Ssd::new(cfg).unwrap(), Timing::Off).unwrap();
         backend.inject_fault(fault);
-        let mut r = rig_for(Box::new(backend), Clock::wall(), None);
+        let mut r = rig_for(Box::new(backend), clock_for(Timing::Off));
         let data = pattern(7, BS);
         let write = r.one(0, RawDesc::new(op::WRITE, 9 * SPB, 8), Some(&data));
         assert_eq!(write, want_write, "write");
@@ -293,27 +247,6 @@ fn read_priority_lets_a_read_pass_a_write_burst() {
     let rp = read_behind_writes(SchedulerKind::ReadPriority);
     eprintln!("read behind 100 writes: fifo {fifo} ns, read-priority {rp} ns");
     assert!(rp < fifo, "read priority {rp} ns vs fifo {fifo} ns");
-}
-
-impl Rig {
-    fn engine_next(&self) -> Option<u64> {
-        self.engine.next_event()
-    }
-
-    /// Move the manual clock from event to event until nothing is in
-    /// flight; returns the completions.
-    fn settle(&mut self) -> Vec<(u16, i32)> {
-        let t = self.clock.clone().unwrap();
-        let mut all = self.turn();
-        while self.side.in_flight() > 0 {
-            let next = self
-                .engine_next()
-                .expect("requests in flight have a next event");
-            t.advance_to(next);
-            all.extend(self.turn());
-        }
-        all
-    }
 }
 
 #[test]

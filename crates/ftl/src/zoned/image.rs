@@ -397,6 +397,18 @@ impl ZonedSsd {
         Ok(ssd)
     }
 
+    /// Whether `header` (an image's first bytes) starts a zoned image, so
+    /// a caller can tell it from a conventional SSD's image before opening.
+    ///
+    /// ```
+    /// use ptsd_ftl::zoned::ZonedSsd;
+    /// assert!(ZonedSsd::is_zoned_image(b"PTSDZNS1..."));
+    /// assert!(!ZonedSsd::is_zoned_image(&[0; 8]));
+    /// ```
+    pub fn is_zoned_image(header: &[u8]) -> bool {
+        header.starts_with(MAGIC)
+    }
+
     /// Bytes the image of `cfg` takes on its device.
     pub fn image_bytes(cfg: &ZonedConfig) -> u64 {
         ZonedImage::bytes(cfg)
