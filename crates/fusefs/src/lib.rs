@@ -43,6 +43,7 @@ pub mod opcount;
 mod openflags;
 mod readahead;
 mod sealcrc;
+pub mod stagestats;
 pub mod store;
 pub mod uring;
 pub(crate) mod writes;
