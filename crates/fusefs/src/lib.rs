@@ -30,6 +30,7 @@ pub(crate) mod alloc;
 mod bugs;
 pub mod caps;
 mod chain;
+pub mod coalesce;
 pub mod csum;
 pub(crate) mod dir;
 pub mod error;
