@@ -9,9 +9,10 @@
 //! [`CoalescingStore`] keeps the newest version of each block finished
 //! transactions wrote in memory (the *window*) and stages the whole window
 //! as one transaction of the store below at the next flush: an explicit
-//! [`sync`](Store::sync) (fsync), a checkpoint, the window reaching its
-//! size limit, or the flush interval passing. A block changed by a hundred
-//! creates in one window is staged once.
+//! [`sync`](Store::sync) (fsync), a checkpoint (the store's own, on its
+//! interval, takes over the journal's background one), or the window
+//! reaching its size limit. A block changed by a hundred creates in one
+//! window is staged once.
 //!
 //! **Why atomicity holds.** A transaction enters the window whole, under
 //! one lock, or not at all (dropped unfinished), and a window is staged as
@@ -56,6 +57,15 @@ struct Pending {
     flushing: Option<Arc<Window>>,
 }
 
+impl Pending {
+    /// The newest version of `blk` not yet staged below, if any.
+    fn get(&self, blk: u64) -> Option<&Version> {
+        self.open
+            .get(&blk)
+            .or_else(|| self.flushing.as_ref().and_then(|w| w.get(&blk)))
+    }
+}
+
 /// A [`Store`] that coalesces the blocks of finished transactions per
 /// commit window (see the module documentation).
 ///
@@ -91,9 +101,9 @@ pub struct CoalescingStore {
     flush_lock: Mutex<()>,
     /// A flush failed: its blocks are lost, so nothing more is accepted.
     failed: AtomicBool,
-    /// The flusher thread's stop signal and wake-up.
-    stop: Mutex<bool>,
-    wake: Condvar,
+    /// The flusher thread's stop flag and wake-up (shared with it, so it
+    /// waits without keeping the store alive).
+    stop: Arc<Stop>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     /// Blocks staged below, by kind; a flushed window counts as one
     /// transaction.
@@ -105,10 +115,17 @@ pub struct CoalescingStore {
 impl CoalescingStore {
     /// Coalesce transactions over `inner`, flushing a window at
     /// `max_blocks` blocks (keep it well below what one transaction of
-    /// `inner` may hold: a journal partition's ring) and, if `interval` is
-    /// given, at least that often (a thread), so that work without fsync
-    /// reaches the journal as it would without coalescing.
-    pub fn new(inner: Arc<dyn Store>, max_blocks: usize, interval: Option<Duration>) -> Arc<Self> {
+    /// `inner` may hold: a journal partition's ring) and, if
+    /// `checkpoint_every` is given, checkpointing that often (a thread: the
+    /// window flushed, then `inner` checkpointed). That replaces the
+    /// journal's own timed checkpoint, which would not see the window: turn
+    /// it off, and what finished before a checkpoint is durable after it,
+    /// as without coalescing.
+    pub fn new(
+        inner: Arc<dyn Store>,
+        max_blocks: usize,
+        checkpoint_every: Option<Duration>,
+    ) -> Arc<Self> {
         let mut sb = vec![0u8; BLOCK_SIZE];
         let data_start = inner
             .read(0, &mut sb)
@@ -121,17 +138,17 @@ impl CoalescingStore {
             pending: Mutex::default(),
             flush_lock: Mutex::new(()),
             failed: AtomicBool::new(false),
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
+            stop: Arc::default(),
             flusher: Mutex::new(None),
             staged: StageStats::default(),
             data_start,
         });
-        if let Some(every) = interval {
+        if let Some(every) = checkpoint_every {
             let weak = Arc::downgrade(&store);
+            let stop = store.stop.clone();
             let t = std::thread::Builder::new()
                 .name("ptsd-fs-window".into())
-                .spawn(move || flusher(weak, every))
+                .spawn(move || flusher(weak, stop, every))
                 .ok();
             *store.flusher.lock() = t;
         }
@@ -179,6 +196,11 @@ impl CoalescingStore {
             Ok(()) => {
                 self.pending.lock().flushing = None;
                 self.staged.add_tx(&count);
+                // Readers copy what they take, so the window is ours now:
+                // its buffers serve this thread's next blocks.
+                if let Ok(w) = Arc::try_unwrap(batch) {
+                    w.into_values().for_each(|(b, _)| crate::writes::recycle(b));
+                }
                 Ok(())
             }
             Err(e) => {
@@ -199,12 +221,7 @@ impl CoalescingStore {
 
     /// The window's (or the flushing window's) version of `blk`, copied.
     fn pending_copy(&self, blk: u64, buf: &mut [u8]) -> bool {
-        let p = self.pending.lock();
-        let v = p
-            .open
-            .get(&blk)
-            .or_else(|| p.flushing.as_ref().and_then(|w| w.get(&blk)));
-        match v {
+        match self.pending.lock().get(blk) {
             Some((data, _)) => {
                 buf.copy_from_slice(data);
                 true
@@ -214,13 +231,12 @@ impl CoalescingStore {
     }
 
     fn pending_holds(&self, blk: u64) -> bool {
-        let p = self.pending.lock();
-        p.open.contains_key(&blk) || p.flushing.as_ref().is_some_and(|w| w.contains_key(&blk))
+        self.pending.lock().get(blk).is_some()
     }
 
     fn stop_flusher(&self) {
-        *self.stop.lock() = true;
-        self.wake.notify_all();
+        *self.stop.flag.lock() = true;
+        self.stop.wake.notify_all();
         let t = self.flusher.lock().take();
         if let Some(t) = t {
             // The flusher may be this thread (dropping the last Arc).
@@ -231,21 +247,27 @@ impl CoalescingStore {
     }
 }
 
-fn flusher(store: Weak<CoalescingStore>, every: Duration) {
+#[derive(Default)]
+struct Stop {
+    flag: Mutex<bool>,
+    wake: Condvar,
+}
+
+fn flusher(store: Weak<CoalescingStore>, stop: Arc<Stop>, every: Duration) {
     loop {
-        let Some(s) = store.upgrade() else { return };
         {
-            let mut stop = s.stop.lock();
-            if !*stop {
-                s.wake.wait_for(&mut stop, every);
+            let mut f = stop.flag.lock();
+            if !*f {
+                stop.wake.wait_for(&mut f, every);
             }
-            if *stop {
+            if *f {
                 return;
             }
         }
-        if let Err(e) = s.flush() {
+        let Some(s) = store.upgrade() else { return };
+        if let Err(e) = s.checkpoint() {
             tracing::error!(
-                "flushing a commit window: {}",
+                "checkpointing a commit window: {}",
                 ptsd_blockdev::ErrorChain(&e)
             );
             return;
@@ -300,6 +322,16 @@ impl StoreTxn for CoalescingTxn<'_> {
     fn write_with_crc(&mut self, blk: u64, data: &[u8], crc: u32) -> Result<(), FsStoreError> {
         self.check_range(blk, data.len())?;
         self.writes.push((blk, data.to_vec(), Some(crc)));
+        Ok(())
+    }
+    fn write_owned(
+        &mut self,
+        blk: u64,
+        data: Vec<u8>,
+        crc: Option<u32>,
+    ) -> Result<(), FsStoreError> {
+        self.check_range(blk, data.len())?;
+        self.writes.push((blk, data, crc));
         Ok(())
     }
     fn write_ordered(&mut self, blk: u64, data: Vec<u8>) -> Result<(), FsStoreError> {
@@ -381,11 +413,7 @@ impl Store for CoalescingStore {
         {
             let p = self.pending.lock();
             for b in blk..blk + n {
-                let v = p
-                    .open
-                    .get(&b)
-                    .or_else(|| p.flushing.as_ref().and_then(|w| w.get(&b)));
-                if let Some((data, _)) = v {
+                if let Some((data, _)) = p.get(b) {
                     over.push((b, data.clone()));
                 }
             }

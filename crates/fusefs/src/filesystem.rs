@@ -486,12 +486,11 @@ impl FileSystem {
                 );
                 tx.write_ordered(blk, data)?;
             }
-            for (blk, data, crc) in w.iter() {
-                count.add(BlockKind::of(blk, data, data_start), 1, data.len());
-                match crc {
-                    Some(crc) => tx.write_with_crc(blk, data, crc)?,
-                    None => tx.write(blk, data)?,
-                }
+            // Owned: a store that keeps blocks until later takes the
+            // buffers instead of copying them.
+            for (blk, data, crc) in w.into_blocks_with_crc() {
+                count.add(BlockKind::of(blk, &data, data_start), 1, data.len());
+                tx.write_owned(blk, data, crc)?;
             }
             if let Some(ctx) = &mut ctx {
                 ctx.write_dirty(|blk, data, crc| {
@@ -558,6 +557,14 @@ impl FileSystem {
             bsize: BLOCK_SIZE as u32,
             namelen: NAME_MAX as u32,
         }
+    }
+
+    /// Write every finished operation to its home location (a journal
+    /// commit and checkpoint), as the background checkpoint does, so the
+    /// device alone holds the file system.
+    pub fn checkpoint(&self) -> Result<(), Errno> {
+        self.store.checkpoint()?;
+        Ok(())
     }
 
     /// Make every finished operation durable (a journal commit).
