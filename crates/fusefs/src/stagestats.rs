@@ -93,6 +93,14 @@ impl BlockKind {
 
 const KINDS: usize = BlockKind::ALL.len();
 
+/// The kinds that go through the journal (ordered data and the superblock
+/// go straight to the device).
+fn journaled_kinds() -> impl Iterator<Item = BlockKind> {
+    BlockKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, BlockKind::OrderedData | BlockKind::Superblock))
+}
+
 /// The live counters of one mounted file system.
 #[derive(Debug, Default)]
 pub(crate) struct StageStats {
@@ -189,20 +197,12 @@ impl StageCounts {
     /// Blocks staged in the journal (every kind but ordered data and the
     /// superblock, which go straight to the device).
     pub fn journaled_blocks(&self) -> u64 {
-        BlockKind::ALL
-            .iter()
-            .filter(|k| !matches!(k, BlockKind::OrderedData | BlockKind::Superblock))
-            .map(|&k| self.blocks(k))
-            .sum()
+        journaled_kinds().map(|k| self.blocks(k)).sum()
     }
 
     /// Bytes staged in the journal (as [`journaled_blocks`](Self::journaled_blocks)).
     pub fn journaled_bytes(&self) -> u64 {
-        BlockKind::ALL
-            .iter()
-            .filter(|k| !matches!(k, BlockKind::OrderedData | BlockKind::Superblock))
-            .map(|&k| self.bytes(k))
-            .sum()
+        journaled_kinds().map(|k| self.bytes(k)).sum()
     }
 
     /// The counts since `earlier` (a snapshot taken before).

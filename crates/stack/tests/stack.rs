@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice};
-use ptsd_fs::{Caller, FileSystem, Store};
+use ptsd_fs::{Caller, FileSystem};
 use ptsd_ftl::{FtlConfig, Ssd};
 use ptsd_nvjournal::CrashRegion;
 use ptsd_stack::{
