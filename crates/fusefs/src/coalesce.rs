@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -110,12 +110,15 @@ pub struct CoalescingStore {
     staged: StageStats,
     /// First block past the bitmaps (to tell bitmaps by their place).
     data_start: u64,
+    /// A thread flushes full windows (and checkpoints).
+    background: bool,
 }
 
 impl CoalescingStore {
     /// Coalesce transactions over `inner`, flushing a window at
-    /// `max_blocks` blocks (keep it well below what one transaction of
-    /// `inner` may hold: a journal partition's ring) and, if
+    /// `max_blocks` blocks (with the thread below: the thread at that
+    /// size, the operation itself at twice; keep twice well below what one
+    /// transaction of `inner` may hold: a journal partition's ring) and, if
     /// `checkpoint_every` is given, checkpointing that often (a thread: the
     /// window flushed, then `inner` checkpointed). That replaces the
     /// journal's own timed checkpoint, which would not see the window: turn
@@ -142,6 +145,7 @@ impl CoalescingStore {
             flusher: Mutex::new(None),
             staged: StageStats::default(),
             data_start,
+            background: checkpoint_every.is_some(),
         });
         if let Some(every) = checkpoint_every {
             let weak = Arc::downgrade(&store);
@@ -251,21 +255,31 @@ impl CoalescingStore {
 struct Stop {
     flag: Mutex<bool>,
     wake: Condvar,
+    /// The window reached its size: flush it now (set under `flag`).
+    full: AtomicBool,
 }
 
 fn flusher(store: Weak<CoalescingStore>, stop: Arc<Stop>, every: Duration) {
+    let mut next = Instant::now() + every;
     loop {
         {
             let mut f = stop.flag.lock();
-            if !*f {
-                stop.wake.wait_for(&mut f, every);
+            if !*f && !stop.full.load(Ordering::Acquire) {
+                stop.wake.wait_until(&mut f, next);
             }
             if *f {
                 return;
             }
         }
         let Some(s) = store.upgrade() else { return };
-        if let Err(e) = s.checkpoint() {
+        stop.full.store(false, Ordering::Release);
+        let res = if Instant::now() >= next {
+            next = Instant::now() + every;
+            s.checkpoint()
+        } else {
+            s.flush()
+        };
+        if let Err(e) = res {
             tracing::error!(
                 "checkpointing a commit window: {}",
                 ptsd_blockdev::ErrorChain(&e)
@@ -372,11 +386,15 @@ impl StoreTxn for CoalescingTxn<'_> {
         if self.writes.is_empty() {
             return Ok(());
         }
-        let full = {
+        // The thread flushes a full window off the operation's path (it
+        // holds its inodes' locks); at twice the size, or without the
+        // thread, the operation flushes it itself.
+        let over = {
             let p = store.pending.lock();
-            !p.open.is_empty() && p.open.len() + self.writes.len() > store.max_blocks
+            let limit = store.max_blocks * if store.background { 2 } else { 1 };
+            !p.open.is_empty() && p.open.len() + self.writes.len() > limit
         };
-        if full {
+        if over {
             store.flush()?;
         }
         let len = {
@@ -387,7 +405,13 @@ impl StoreTxn for CoalescingTxn<'_> {
             p.open.len()
         };
         if len >= store.max_blocks {
-            store.flush()?;
+            if store.background {
+                let _g = store.stop.flag.lock();
+                store.stop.full.store(true, Ordering::Release);
+                store.stop.wake.notify_one();
+            } else {
+                store.flush()?;
+            }
         }
         Ok(())
     }

@@ -397,3 +397,36 @@ fn reads_see_the_open_window() {
     assert_eq!(again.size, 6);
     assert_eq!(fs.read(a.ino, 0, 100).unwrap(), b"window");
 }
+
+/// With its thread, a window that reaches its size is flushed by the
+/// thread (off the operation's path, which holds inode locks), without any
+/// fsync or checkpoint.
+#[test]
+fn a_full_window_is_flushed_by_the_thread() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 4096).unwrap());
+    mkfs(
+        &DirectStore::new(dev.clone()).unwrap(),
+        &MkfsOptions::default(),
+    )
+    .unwrap();
+    let journal = Journal::create(CrashRegion::new(8 << 20), dev.clone(), cfg()).unwrap();
+    let store: Arc<dyn Store> = Arc::new(JournalStore::new(journal, dev, "test".into()));
+    let window = CoalescingStore::new(store, 8, Some(std::time::Duration::from_secs(3600)));
+    let fs = FileSystem::mount(window.clone()).unwrap();
+    for i in 0..8 {
+        let f = fs
+            .create(fs.root(), format!("f{i}").as_bytes(), 0o644, ME)
+            .unwrap();
+        fs.release(f.ino).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while window.stage_counts().txs == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the thread never flushed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(window.window_blocks() < 16);
+    fs.close().unwrap();
+}

@@ -325,12 +325,11 @@ impl Stack {
             "journal {} [{mode}, {partitions} partition{plural}, {how}]: {durable}; fsync = journal commit",
             place.label,
         );
-        // A window of at most a quarter of a partition's ring: one
-        // transaction of it (with the block checksums it brings) always
-        // fits. 1024 blocks already stage a directory block or bitmap once
-        // per hundreds of creates; more would only make a flush a longer
-        // stall for the operation that fills the window.
-        let window_blocks = (journal.geometry().slots / 4).min(1024) as usize;
+        // A window of at most an eighth of a partition's ring: one
+        // transaction of twice that (the most a window holds, with the
+        // block checksums it brings) always fits. 1024 blocks already
+        // stage a directory block or bitmap once per hundreds of creates.
+        let window_blocks = (journal.geometry().slots / 8).min(1024) as usize;
         let store = Arc::new(JournalStore::new(journal, dev, what));
         let below: Arc<dyn Store> = if spec.coalesce {
             CoalescingStore::new(store.clone(), window_blocks, checkpoint_every)
