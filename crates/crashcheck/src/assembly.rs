@@ -259,10 +259,11 @@ impl Mounted {
         self.stack().fs()
     }
 
-    /// A journal checkpoint, as the background thread does it.
+    /// A checkpoint, as the background thread does it (the commit window
+    /// flushed, then the journal checkpointed).
     pub fn checkpoint(&self) -> Result<(), String> {
         self.stack()
-            .store()
+            .fs()
             .checkpoint()
             .map_err(|e| format!("checkpoint: {}", ptsd_blockdev::ErrorChain(&e)))
     }

@@ -238,6 +238,16 @@ impl StoreTxn for CTxn<'_> {
         self.inner.write_with_crc(blk, data, crc)
     }
 
+    fn write_owned(
+        &mut self,
+        blk: u64,
+        data: Vec<u8>,
+        crc: Option<u32>,
+    ) -> Result<(), FsStoreError> {
+        self.record(blk, &data)?;
+        self.inner.write_owned(blk, data, crc)
+    }
+
     /// Ordered data goes home before the transaction finishes; its crcs
     /// are in the transaction like any other (the block is new, so until
     /// the transaction is durable nothing reads it).

@@ -45,6 +45,10 @@ pub enum FsStoreError {
         /// What is wrong.
         what: &'static str,
     },
+    /// An earlier flush of a commit window failed, so its transactions
+    /// are lost and the store accepts nothing more.
+    #[error("an earlier commit window failed to reach the journal")]
+    WindowLost,
 }
 
 /// Errors of mkfs, mount (opening a file system) and fsck.

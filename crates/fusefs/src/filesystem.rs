@@ -28,9 +28,10 @@ use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 use crate::alloc::{AllocCtx, Allocator};
 use crate::chain::Chain;
 use crate::dir::DirIndex;
-use crate::error::{Damage, Errno, FsError, FsFormatError};
+use crate::error::{Damage, Errno, FsError, FsFormatError, FsStoreError};
 use crate::extent::ExtentMap;
 use crate::format::*;
+use crate::stagestats::{BlockKind, StageCounts, StageStats, TxCount};
 use crate::store::Store;
 
 mod data;
@@ -244,6 +245,8 @@ pub struct FileSystem {
     read_only: AtomicBool,
     /// A [`SyncMode`] as a number.
     sync_mode: AtomicU8,
+    /// Blocks and bytes handed to the store, by kind.
+    staged: StageStats,
 }
 
 /// A transport's way to drop the kernel's cached attributes of an inode
@@ -329,6 +332,7 @@ impl FileSystem {
             attr_invalidator: OnceLock::new(),
             read_only: AtomicBool::new(false),
             sync_mode: AtomicU8::new(0),
+            staged: StageStats::default(),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -355,7 +359,7 @@ impl FileSystem {
                 .lock()
                 .insert(ino, Arc::new(Mutex::new(inode)));
         }
-        store.write_super(&sb.encode())?;
+        fs.write_super(&sb)?;
         fs.orphans_freed = fs
             .free_orphans()
             .map_err(|e| FsError::NeedsRepair(Damage::FreeingOrphans(e)))?;
@@ -378,7 +382,7 @@ impl FileSystem {
         if !self.failed.load(Ordering::SeqCst) {
             let mut sb = self.sb.lock();
             sb.state = STATE_CLEAN;
-            self.store.write_super(&sb.encode())?;
+            self.write_super(&sb)?;
             self.clean.store(true, Ordering::SeqCst);
         }
         Ok(())
@@ -470,24 +474,35 @@ impl FileSystem {
         ordered: Vec<(u64, Vec<u8>)>,
         mut ctx: Option<AllocCtx<'_>>,
     ) -> Result<(), Errno> {
+        let mut count = TxCount::default();
+        let data_start = self.layout.data_start;
         let res = (|| {
             let mut tx = self.store.begin();
             for (blk, data) in ordered {
+                count.add(
+                    BlockKind::OrderedData,
+                    (data.len() / BS as usize) as u64,
+                    data.len(),
+                );
                 tx.write_ordered(blk, data)?;
             }
-            for (blk, data, crc) in w.iter() {
-                match crc {
-                    Some(crc) => tx.write_with_crc(blk, data, crc)?,
-                    None => tx.write(blk, data)?,
-                }
+            // Owned: a store that keeps blocks until later takes the
+            // buffers instead of copying them.
+            for (blk, data, crc) in w.into_blocks_with_crc() {
+                count.add(BlockKind::of(blk, &data, data_start), 1, data.len());
+                tx.write_owned(blk, data, crc)?;
             }
             if let Some(ctx) = &mut ctx {
-                ctx.write_dirty(|blk, data, crc| tx.write_with_crc(blk, data, crc))?;
+                ctx.write_dirty(|blk, data, crc| {
+                    count.add(BlockKind::Bitmap, 1, data.len());
+                    tx.write_with_crc(blk, data, crc)
+                })?;
             }
             tx.finish()
         })();
         match res {
             Ok(()) => {
+                self.staged.add_tx(&count);
                 if let Some(ctx) = ctx {
                     if ctx.freed_any() {
                         // Before the freed blocks can be allocated again
@@ -515,6 +530,21 @@ impl FileSystem {
         }
     }
 
+    /// Write the superblock `sb` (straight to the device), counted.
+    fn write_super(&self, sb: &Superblock) -> Result<(), FsStoreError> {
+        let b = sb.encode();
+        let mut c = TxCount::default();
+        c.add(BlockKind::Superblock, 1, b.len());
+        self.staged.add(&c);
+        self.store.write_super(&b)
+    }
+
+    /// Blocks and bytes this mount handed its store so far, by kind of
+    /// block (see [`StageCounts`] for an example).
+    pub fn stage_counts(&self) -> StageCounts {
+        self.staged.snapshot()
+    }
+
     /// File-system figures.
     pub fn statfs(&self) -> StatFs {
         let sb = self.sb.lock();
@@ -527,6 +557,14 @@ impl FileSystem {
             bsize: BLOCK_SIZE as u32,
             namelen: NAME_MAX as u32,
         }
+    }
+
+    /// Write every finished operation to its home location (a journal
+    /// commit and checkpoint), as the background checkpoint does, so the
+    /// device alone holds the file system.
+    pub fn checkpoint(&self) -> Result<(), Errno> {
+        self.store.checkpoint()?;
+        Ok(())
     }
 
     /// Make every finished operation durable (a journal commit).

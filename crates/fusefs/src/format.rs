@@ -59,10 +59,10 @@ pub const OVERFLOW_EXTENTS: usize = (BLOCK_SIZE - OVERFLOW_HEADER) / EXTENT_SIZE
 /// chain: `crate::xattr_chain`).
 pub const XATTR_SPACE: usize = BLOCK_SIZE - XATTR_HEADER;
 
-const INODE_MAGIC: u32 = u32::from_le_bytes(*b"PTIN");
-const OVERFLOW_MAGIC: u32 = u32::from_le_bytes(*b"PTEX");
-const DIR_MAGIC: u32 = u32::from_le_bytes(*b"PTDR");
-const XATTR_MAGIC: u32 = u32::from_le_bytes(*b"PTXA");
+pub(crate) const INODE_MAGIC: u32 = u32::from_le_bytes(*b"PTIN");
+pub(crate) const OVERFLOW_MAGIC: u32 = u32::from_le_bytes(*b"PTEX");
+pub(crate) const DIR_MAGIC: u32 = u32::from_le_bytes(*b"PTDR");
+pub(crate) const XATTR_MAGIC: u32 = u32::from_le_bytes(*b"PTXA");
 const INODE_PAYLOAD: usize = 144;
 const EXTENT_SIZE: usize = 16;
 const OVERFLOW_HEADER: usize = 32;

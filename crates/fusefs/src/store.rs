@@ -86,6 +86,24 @@ pub trait StoreTxn {
         let _ = crc;
         self.write(blk, data)
     }
+    /// [`write`](Self::write) (or [`write_with_crc`](Self::write_with_crc)
+    /// when `crc` is known) of a block the caller gives away: a store that
+    /// keeps blocks in memory until later (`CoalescingStore`) takes the
+    /// buffer instead of copying it. The default borrows it, then keeps it
+    /// for this thread's next block.
+    fn write_owned(
+        &mut self,
+        blk: u64,
+        data: Vec<u8>,
+        crc: Option<u32>,
+    ) -> Result<(), FsStoreError> {
+        let res = match crc {
+            Some(crc) => self.write_with_crc(blk, &data, crc),
+            None => self.write(blk, &data),
+        };
+        crate::writes::recycle(data);
+        res
+    }
     /// Add a run of full blocks of file data, from `blk` on, that no
     /// finished transaction refers to yet (blocks this transaction
     /// allocates): a store may write them straight to their home location

@@ -42,7 +42,7 @@ pub(crate) fn block_from(data: &[u8]) -> Vec<u8> {
 }
 
 /// Keep `b` for this thread's next block, if it is one.
-fn recycle(b: Vec<u8>) {
+pub(crate) fn recycle(b: Vec<u8>) {
     if b.len() == BLOCK_SIZE && b.capacity() == BLOCK_SIZE {
         SPARE.with(|s| {
             let mut s = s.borrow_mut();
@@ -84,9 +84,11 @@ impl Writes {
         self.blocks.get(&blk).map(|(d, _)| &d[..])
     }
 
-    /// Blocks in block order: number, contents, crc if known.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &[u8], Option<u32>)> + '_ {
-        self.blocks.iter().map(|(&b, (d, c))| (b, &d[..], *c))
+    /// The blocks in block order, with their crcs if known.
+    pub fn into_blocks_with_crc(mut self) -> impl Iterator<Item = (u64, Vec<u8>, Option<u32>)> {
+        std::mem::take(&mut self.blocks)
+            .into_iter()
+            .map(|(b, (d, c))| (b, d, c))
     }
 
     /// The blocks in block order, without their crcs.
@@ -116,9 +118,12 @@ mod tests {
         w.insert_with_crc(5, a.clone(), crc32c::crc32c(&a));
         w.insert(5, vec![2u8; 16]);
         w.insert(3, vec![3u8; 16]);
-        let got: Vec<_> = w.iter().map(|(b, d, c)| (b, d[0], c)).collect();
-        assert_eq!(got, vec![(3, 3, None), (5, 2, None)]);
         assert_eq!(w.get(5), Some(&[2u8; 16][..]));
+        let got: Vec<_> = w
+            .into_blocks_with_crc()
+            .map(|(b, d, c)| (b, d[0], c))
+            .collect();
+        assert_eq!(got, vec![(3, 3, None), (5, 2, None)]);
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub const XATTR_MAX_BLOCKS: usize = 16;
 /// Bytes of entries one chained block holds.
 pub const XATTR_CHAIN_SPACE: usize = BLOCK_SIZE - CHAIN_HEADER;
 
-const CHAIN_MAGIC: u32 = u32::from_le_bytes(*b"PTXC");
+pub(crate) const CHAIN_MAGIC: u32 = u32::from_le_bytes(*b"PTXC");
 const CHAIN_HEADER: usize = 32;
 
 fn crc_of(b: &[u8]) -> u32 {

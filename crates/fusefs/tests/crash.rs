@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice};
+use ptsd_fs::coalesce::CoalescingStore;
 use ptsd_fs::{
     fsck, mkfs, Caller, DirectStore, FileSystem, JournalStore, MkfsOptions, SetAttr, Store,
 };
@@ -151,12 +152,14 @@ fn read_tree(fs: &FileSystem) -> Tree {
 /// (counted from the mount). Returns the number of events a full run takes
 /// and, after a crash, how many entries the recovered tree held.
 /// `ordered_min`: ordered-mode data from that many whole new blocks on
-/// (0: data always journaled).
+/// (0: data always journaled). `window`: transactions coalesced in commit
+/// windows of up to that many blocks (`CoalescingStore`).
 fn run_with(
     seed: u64,
     ops: &[Op],
     crash_at: Option<u64>,
     ordered_min: u64,
+    window: Option<usize>,
 ) -> (u64, Option<usize>) {
     let dev = Arc::new(CrashDevice::new(4096, BLOCKS).unwrap());
     let ddev: Arc<dyn BlockDevice> = dev.clone();
@@ -173,6 +176,10 @@ fn run_with(
         hook_dev.crash(seed);
     });
     let store: Arc<dyn Store> = Arc::new(JournalStore::new(journal, ddev.clone(), "test".into()));
+    let store: Arc<dyn Store> = match window {
+        Some(n) => CoalescingStore::new(store, n, None),
+        None => store,
+    };
     let fs = FileSystem::mount(store).unwrap();
     fs.set_ordered_min_blocks(ordered_min);
     let start = region.events();
@@ -236,7 +243,16 @@ fn run_with(
 
 #[test]
 fn crash_at_many_points_of_random_sequences() {
-    crash_many(0);
+    crash_many(0, None);
+}
+
+/// The same with transactions coalesced in commit windows (flushed at an
+/// fsync and, small here, whenever 8 blocks are pending): a crash must
+/// still show whole operations, a state at or after the last fsync.
+#[test]
+fn crash_at_many_points_coalesced() {
+    crash_many(0, Some(8));
+    crash_many(1, Some(64));
 }
 
 /// The same with ordered-mode data for every whole new block: file data
@@ -246,10 +262,10 @@ fn crash_at_many_points_of_random_sequences() {
 /// or foreign data.
 #[test]
 fn crash_at_many_points_with_ordered_data() {
-    crash_many(1);
+    crash_many(1, None);
 }
 
-fn crash_many(ordered_min: u64) {
+fn crash_many(ordered_min: u64, window: Option<usize>) {
     let (mut crashes, mut nonempty) = (0, 0);
     // PTSD_CRASH_SEEDS sequences (default 12, ~25 crash points each) from
     // seed PTSD_CRASH_SEED (default 0).
@@ -262,12 +278,12 @@ fn crash_many(ordered_min: u64) {
     let first = env("PTSD_CRASH_SEED", 0);
     for seed in first..first + env("PTSD_CRASH_SEEDS", 12) {
         let ops = gen_ops(seed, 60);
-        let (total, _) = run_with(seed, &ops, None, ordered_min);
+        let (total, _) = run_with(seed, &ops, None, ordered_min, window);
         // About 25 crash points spread over the whole run, plus the first few.
         let step = (total / 25).max(1);
         let mut k = 0;
         while k < total {
-            if let (_, Some(n)) = run_with(seed * 1000 + k, &ops, Some(k), ordered_min) {
+            if let (_, Some(n)) = run_with(seed * 1000 + k, &ops, Some(k), ordered_min, window) {
                 crashes += 1;
                 nonempty += usize::from(n > 0);
             }

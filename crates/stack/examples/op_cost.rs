@@ -22,7 +22,10 @@
 //! journal's checkpoint fill level (`JournalConfig::checkpoint_fill`),
 //! `JMIB=N` its size in MiB, for experiments. Malloc is tuned as the `ptsd`
 //! binary tunes it (`ptsd_stack::tune_malloc`); `MALLOC=default` keeps
-//! glibc's defaults, to compare.
+//! glibc's defaults, to compare. `COALESCE=0` stages every transaction's
+//! blocks at once instead of once per commit window
+//! (`StackSpec::coalesce`), to compare; `creates` ends with one fsync (as
+//! tokubench ends with a syncfs), so every window is counted.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -56,6 +59,9 @@ fn spec(dir: &Path, journal: &Path) -> StackSpec {
         .and_then(|v| v.parse::<u64>().ok())
     {
         s.journal_bytes = m << 20;
+    }
+    if std::env::var("COALESCE").is_ok_and(|v| v == "0") {
+        s.coalesce = false;
     }
     s
 }
@@ -112,6 +118,7 @@ fn creates(dir: &Path, journal: &Path, files: u64) {
             stalled += 1;
         }
     }
+    fs.fsync().expect("fsync");
     let wall = wall0.elapsed();
     std::thread::sleep(Duration::from_millis(1500));
     let cpu = process_cpu() - cpu0;

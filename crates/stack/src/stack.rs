@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::BlockDevice;
+use ptsd_fs::coalesce::CoalescingStore;
 use ptsd_fs::{ChecksumStore, FileSystem, FsError, JournalStore, MkfsOptions, Store};
 use ptsd_ftl::SsdDevice;
 use ptsd_nvjournal::JournalConfig;
@@ -45,6 +46,10 @@ pub struct StackSpec {
     /// crash tests set it (a simulated fsync of another thread landing
     /// between two transactions of one operation); `None` in production.
     pub store_hook: Option<StoreHook>,
+    /// Coalesce the file system's transactions in commit windows
+    /// (`ptsd_fs::coalesce`): each block staged once per window, not once
+    /// per operation. Default on.
+    pub coalesce: bool,
 }
 
 /// This process's effective user and group: who a file system made now is
@@ -94,6 +99,7 @@ impl StackSpec {
             lock_wait: Duration::from_secs(60),
             root_owner: invoking_user(),
             store_hook: None,
+            coalesce: true,
         }
     }
 }
@@ -284,15 +290,25 @@ impl Stack {
             info.notes.push(report.summary());
             plan = Plan::Fresh;
         }
+        // Coalesced, the window's thread checkpoints on the interval (a
+        // flush of the window first): the journal's own timer would not
+        // see the window, so what finished before a checkpoint would no
+        // longer be durable after it.
+        let mut jcfg = spec.journal_config.clone();
+        let checkpoint_every = if spec.coalesce {
+            jcfg.checkpoint_interval.take()
+        } else {
+            None
+        };
         let journal = match plan {
             Plan::Replay => {
-                let (j, report) = place.replay(dev.clone(), spec.journal_config.clone())?;
+                let (j, report) = place.replay(dev.clone(), jcfg.clone())?;
                 info.replayed_blocks = Some(report.replayed_blocks);
                 j
             }
             Plan::Fresh | Plan::Lost => place.create(
                 dev.clone(),
-                spec.journal_config.clone(),
+                jcfg,
                 spec.journal_bytes,
                 spec.disk_journal_partitions,
             )?,
@@ -309,8 +325,18 @@ impl Stack {
             "journal {} [{mode}, {partitions} partition{plural}, {how}]: {durable}; fsync = journal commit",
             place.label,
         );
+        // A window of at most an eighth of a partition's ring: one
+        // transaction of twice that (the most a window holds, with the
+        // block checksums it brings) always fits. 1024 blocks already
+        // stage a directory block or bitmap once per hundreds of creates.
+        let window_blocks = (journal.geometry().slots / 8).min(1024) as usize;
         let store = Arc::new(JournalStore::new(journal, dev, what));
-        let base = checked(store.clone(), desc)?;
+        let below: Arc<dyn Store> = if spec.coalesce {
+            CoalescingStore::new(store.clone(), window_blocks, checkpoint_every)
+        } else {
+            store.clone()
+        };
+        let base = checked(below, desc)?;
         let under = match &spec.store_hook {
             Some(hook) => (hook.0)(base),
             None => base,

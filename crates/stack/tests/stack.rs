@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice};
-use ptsd_fs::{Caller, FileSystem, Store};
+use ptsd_fs::{Caller, FileSystem};
 use ptsd_ftl::{FtlConfig, Ssd};
 use ptsd_nvjournal::CrashRegion;
 use ptsd_stack::{
@@ -114,7 +114,7 @@ fn crash_drops_unflushed_state_and_reopen_recovers_what_was_fsynced() {
         // Some of them reach the SSD (a checkpoint: the SSD's write
         // buffer and OOB are flushed), the rest only the journal.
         if seed % 2 == 1 {
-            stack.store().journal().checkpoint().unwrap();
+            stack.fs().checkpoint().unwrap();
         }
         for i in 0..3 {
             write_file(&fs, &format!("late{i}"), &body(20_000, 99));
@@ -168,7 +168,7 @@ fn missing_journal_is_refused_then_repaired_by_fsck_and_mounts_again() {
     let region = CrashRegion::new(4 << 20);
     let stack = Stack::open(sim_spec(&image, &region)).unwrap();
     write_file(stack.fs(), "kept", b"checkpointed");
-    stack.store().journal().checkpoint().unwrap();
+    stack.fs().checkpoint().unwrap();
     write_file(stack.fs(), "lost", b"only in the journal");
     stack.fs().fsync().unwrap();
     image.crash_keep_none();
@@ -214,7 +214,7 @@ fn mount_can_discard_a_missing_journal_in_one_step() {
     let region = CrashRegion::new(4 << 20);
     let stack = Stack::open(sim_spec(&image, &region)).unwrap();
     write_file(stack.fs(), "kept", b"checkpointed");
-    stack.store().journal().checkpoint().unwrap();
+    stack.fs().checkpoint().unwrap();
     image.crash_keep_none();
     region.crash_now();
     drop(stack);
@@ -360,7 +360,7 @@ fn missing_journal_file_is_refused_and_fsck_repair_makes_it_mountable() {
     let j = tmp.path().join("j");
     let stack = Stack::open(file_spec(&img, &j)).unwrap();
     write_file(stack.fs(), "a", b"checkpointed");
-    stack.store().journal().checkpoint().unwrap();
+    stack.fs().checkpoint().unwrap();
     let crashed = tmp.path().join("crashed.img");
     std::fs::copy(&img, &crashed).unwrap();
     stack.close().unwrap();
@@ -445,7 +445,7 @@ fn deleted_files_are_discarded_on_the_emulated_ssd() {
         for i in 0..10 {
             write_file(fs, &format!("r{round}f{i}"), &body);
         }
-        stack.store().checkpoint().unwrap();
+        stack.fs().checkpoint().unwrap();
         for i in 0..10 {
             fs.unlink(fs.root(), format!("r{round}f{i}").as_bytes())
                 .unwrap();

@@ -32,7 +32,7 @@ impl FileSystem {
             // Before the inode is journaled: an older build refuses the
             // image rather than calling the symlink corrupt.
             sb.features_incompat |= INCOMPAT_LONG_SYMLINKS;
-            self.store.write_super(&sb.encode())?;
+            self.write_super(&sb)?;
         }
         Ok(())
     }

@@ -113,7 +113,7 @@ impl FileSystem {
                 // Before the inode is journaled: an older build refuses
                 // the image rather than calling the chain corrupt.
                 sb.features_incompat |= INCOMPAT_XATTR_CHAIN;
-                self.store.write_super(&sb.encode())?;
+                self.write_super(&sb)?;
             }
         }
         for (blk, b) in encoded {
