@@ -468,10 +468,8 @@ fn queue_thread(qid: u16, dev: &UblkDev, shared: Arc<Shared>) {
             return;
         }
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        Some(UserCopy::new(
-            unsafe { std::fs::File::from_raw_fd(fd) },
-            qid,
-        ))
+        let file = unsafe { std::fs::File::from_raw_fd(fd) };
+        Some(UserCopy::new(file, qid))
     } else {
         None
     };
