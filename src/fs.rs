@@ -444,6 +444,10 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     let announce = |served: &frontend::Served| {
         // From a thread, without a request to the mount.
         ptsd_fs::fuse::raise_readahead(&a.dir);
+        // `mount -o remount,…` reaches the file system this way only.
+        if let Err(e) = ptsd_fs::mountwatch::watch(&a.dir, stack.fs().clone()) {
+            tracing::warn!("remounts will not reach the file system: {e}");
+        }
         let have_run_dir = pidf.parent().and_then(make_run_dir).is_some();
         if have_run_dir {
             let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));

@@ -19,7 +19,7 @@
 //! `rename`, `open` (open counts, orphans), `data` (read, write, truncate,
 //! fallocate), `xattr`, `symlink`, `seek`, `tmpfile`, and `mkfs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -33,6 +33,7 @@ use crate::extent::ExtentMap;
 use crate::format::*;
 use crate::store::Store;
 
+mod atime;
 mod data;
 mod icache;
 mod inode_io;
@@ -49,6 +50,7 @@ mod trim;
 mod undo;
 mod xattr;
 
+pub use atime::{Atime, AtimePolicy};
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
 pub use mkfs::{mkfs, MkfsOptions};
 pub use modes::SyncMode;
@@ -94,6 +96,9 @@ pub(crate) struct Inode {
     /// References the kernel holds (entries it was given minus FORGETs);
     /// at zero, with the file closed, the inode may leave the cache.
     pub lookups: u64,
+    /// Under `lazytime`: since when (seconds) the atime in memory is
+    /// newer than the stored one (see `atime.rs`).
+    pub lazy_atime_since: Option<i64>,
     /// The stored form of `ext` beyond the inline extents.
     chain: Chain,
 }
@@ -220,6 +225,8 @@ pub struct FileSystem {
     rename_lock: Mutex<()>,
     /// Forgotten inodes that were in use at the time (see `evict`).
     evict_later: Mutex<Vec<u64>>,
+    /// [`close`](Self::close) began (it still writes lazy atimes).
+    closing: AtomicBool,
     closed: AtomicBool,
     clean: AtomicBool,
     /// Orphans freed while mounting (open-unlinked files of a crashed run).
@@ -244,6 +251,10 @@ pub struct FileSystem {
     read_only: AtomicBool,
     /// A [`SyncMode`] as a number.
     sync_mode: AtomicU8,
+    /// An [`AtimePolicy`] as a number.
+    atime: AtomicU8,
+    /// Inodes whose atime `lazytime` keeps in memory (see `atime.rs`).
+    lazy_atimes: Mutex<HashSet<u64>>,
 }
 
 /// A transport's way to drop the kernel's cached attributes of an inode
@@ -318,6 +329,7 @@ impl FileSystem {
             failed: AtomicBool::new(false),
             rename_lock: Mutex::new(()),
             evict_later: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             clean: AtomicBool::new(false),
             orphans_freed: 0,
@@ -329,6 +341,8 @@ impl FileSystem {
             attr_invalidator: OnceLock::new(),
             read_only: AtomicBool::new(false),
             sync_mode: AtomicU8::new(0),
+            atime: AtomicU8::new(0),
+            lazy_atimes: Mutex::new(HashSet::new()),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -364,7 +378,7 @@ impl FileSystem {
 
     /// Checkpoint everything and mark the file system clean. Idempotent.
     pub fn close(&self) -> Result<(), FsError> {
-        if self.closed.swap(true, Ordering::SeqCst) {
+        if self.closing.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         // The checkpoint (a commit first) before the trim: it would otherwise
@@ -372,6 +386,10 @@ impl FileSystem {
         // discards. What was freed then goes to the device as free, so the
         // next mount (or another user of the device) starts with an SSD
         // that knows it.
+        if let Err(e) = self.flush_lazy_atimes() {
+            tracing::warn!("writing lazy atimes at unmount: {e}");
+        }
+        self.closed.store(true, Ordering::SeqCst);
         self.store.checkpoint()?;
         self.trim_freed();
         self.store.close()?;
@@ -448,7 +466,7 @@ impl FileSystem {
 
     fn writable(&self) -> Result<(), Errno> {
         if self.failed.load(Ordering::Relaxed)
-            || self.closed.load(Ordering::Relaxed)
+            || self.closing.load(Ordering::Relaxed)
             || self.read_only.load(Ordering::Relaxed)
         {
             return Err(Errno::EROFS);
@@ -531,6 +549,7 @@ impl FileSystem {
 
     /// Make every finished operation durable (a journal commit).
     pub fn fsync(&self) -> Result<(), Errno> {
+        self.flush_lazy_atimes()?;
         self.store.sync()?;
         Ok(())
     }

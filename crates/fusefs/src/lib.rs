@@ -39,6 +39,7 @@ pub mod format;
 pub mod frontend;
 pub mod fsck;
 pub mod fuse;
+pub mod mountwatch;
 pub mod opcount;
 mod openflags;
 mod readahead;

@@ -56,6 +56,11 @@ impl FileSystem {
     /// fs.mkdir(fs.root(), b"d", 0o755, Caller::default()).unwrap();
     /// ```
     pub fn set_read_only(&self, ro: bool) {
+        if ro {
+            if let Err(e) = self.flush_lazy_atimes() {
+                tracing::error!("writing lazy atimes for read-only: {e}");
+            }
+        }
         self.read_only.store(ro, Ordering::SeqCst);
         if ro {
             // What was finished before the switch is durable when it
