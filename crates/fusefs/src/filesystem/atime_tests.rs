@@ -1,56 +1,20 @@
 //! Each atime mode on a RAM device, counting the transactions reads start.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, MemDevice};
 
 use super::{Atime, AtimePolicy};
-use crate::error::FsStoreError;
 use crate::filesystem::{Caller, FileSystem, SetAttr, SetTime};
 use crate::format::Ts;
-use crate::store::{DirectStore, Store, StoreTxn};
+use crate::store::{CountingStore, DirectStore};
 use crate::{mkfs, MkfsOptions};
-
-/// A [`DirectStore`] counting the transactions begun.
-struct Counting {
-    inner: DirectStore,
-    txns: AtomicU64,
-}
-
-impl Store for Counting {
-    fn num_blocks(&self) -> u64 {
-        self.inner.num_blocks()
-    }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
-        self.inner.read(blk, buf)
-    }
-    fn begin(&self) -> Box<dyn StoreTxn + '_> {
-        self.txns.fetch_add(1, Ordering::SeqCst);
-        self.inner.begin()
-    }
-    fn sync(&self) -> Result<(), FsStoreError> {
-        self.inner.sync()
-    }
-    fn checkpoint(&self) -> Result<(), FsStoreError> {
-        self.inner.checkpoint()
-    }
-    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
-        self.inner.write_super(block)
-    }
-    fn close(&self) -> Result<(), FsStoreError> {
-        self.inner.close()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
 
 const ME: Caller = Caller { uid: 0, gid: 0 };
 
 struct T {
     dev: Arc<dyn BlockDevice>,
-    store: Arc<Counting>,
+    store: Arc<CountingStore>,
     fs: FileSystem,
 }
 
@@ -62,16 +26,15 @@ impl T {
         T::mount(dev, p)
     }
     fn mount(dev: Arc<dyn BlockDevice>, p: AtimePolicy) -> T {
-        let store = Arc::new(Counting {
-            inner: DirectStore::new(dev.clone()).unwrap(),
-            txns: AtomicU64::new(0),
-        });
+        let store = Arc::new(CountingStore::new(Arc::new(
+            DirectStore::new(dev.clone()).unwrap(),
+        )));
         let fs = FileSystem::mount(store.clone()).unwrap();
         fs.set_atime_policy(p);
         T { dev, store, fs }
     }
     fn txns(&self) -> u64 {
-        self.store.txns.load(Ordering::SeqCst)
+        self.store.transactions()
     }
     /// A file with some data, closed, its atime set to `ago` seconds back.
     fn file(&self, name: &[u8], ago: i64) -> u64 {
