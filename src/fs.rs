@@ -405,7 +405,8 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     };
     stack.fs().set_auto_trim(a.discard);
     // ro, sync, dirsync: the file system enforces them itself too, for
-    // whatever reaches it (the kernel mount has them as well).
+    // whatever reaches it (the kernel mount has them as well); the atime
+    // options are the file system's alone (FUSE leaves atime to it).
     a.flags.apply_to(stack.fs());
     let info = stack.info().clone();
     let opts = MountOpts {

@@ -118,8 +118,8 @@ pub use crate::filesystem::Atime;
 
 /// The generic mount(8) options that are the kernel's business: what
 /// `-o ro,nosuid,nodev,noexec,sync,dirsync` and the atime family ask of the
-/// mount. (`ptsd mount` parses them; the file system's own side of `ro` and
-/// `sync` is the `FileSystem`'s.)
+/// mount. (`ptsd mount` parses them; the file system's own side of `ro`,
+/// `sync` and the atime family is the `FileSystem`'s.)
 ///
 /// ```
 /// use ptsd_fs::fuse::{Atime, MountFlags};
