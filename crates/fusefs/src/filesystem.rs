@@ -53,7 +53,7 @@ mod xattr;
 pub use atime::{Atime, AtimePolicy};
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
 pub use mkfs::{mkfs, MkfsOptions};
-pub use modes::SyncMode;
+pub use modes::{RemountProbe, SyncMode};
 use namespace::{check_name, dir_add, dir_add_at, dir_need, put_dir_block, touch_dir};
 pub use seek::Seek;
 pub use trim::{AUTO_TRIM_BLOCKS, FITRIM};
@@ -249,6 +249,8 @@ pub struct FileSystem {
     attr_invalidator: OnceLock<AttrInvalidator>,
     /// Switched read-only (see `modes.rs`).
     read_only: AtomicBool,
+    /// Asks the mount whether it is read-only now (see `modes.rs`).
+    remount_probe: OnceLock<RemountProbe>,
     /// A [`SyncMode`] as a number.
     sync_mode: AtomicU8,
     /// An [`AtimePolicy`] as a number.
@@ -340,6 +342,7 @@ impl FileSystem {
             auto_trim: AtomicBool::new(true),
             attr_invalidator: OnceLock::new(),
             read_only: AtomicBool::new(false),
+            remount_probe: OnceLock::new(),
             sync_mode: AtomicU8::new(0),
             atime: AtomicU8::new(0),
             lazy_atimes: Mutex::new(HashSet::new()),
@@ -464,11 +467,16 @@ impl FileSystem {
         !self.failed.load(Ordering::Relaxed) && !self.closed.load(Ordering::Relaxed)
     }
 
-    fn writable(&self) -> Result<(), Errno> {
-        if self.failed.load(Ordering::Relaxed)
+    /// Whether changes are refused now: stopped by a failure, closing, or
+    /// switched read-only (see `modes.rs`).
+    fn refuses_changes(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
             || self.closing.load(Ordering::Relaxed)
             || self.read_only.load(Ordering::Relaxed)
-        {
+    }
+
+    fn writable(&self) -> Result<(), Errno> {
+        if self.refuses_changes() && !self.remounted_writable() {
             return Err(Errno::EROFS);
         }
         Ok(())

@@ -4,12 +4,16 @@
 //! watches `/proc/self/mountinfo` (poll(2) reports `POLLPRI` at every
 //! change of the mount table) and hands the mount's new flags to the
 //! [`FileSystem`]: read-only commits the journal and refuses every change
-//! with EROFS, read-write switches back.
+//! with EROFS, read-write switches back. A change that reaches the file
+//! system while it is read-only asks the mount table itself first (a
+//! `remount,rw` the thread has not applied yet), so a write right after
+//! `remount,rw` returns never fails; a read right after `remount,ro` may
+//! still move an atime until the thread applies it.
 
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::filesystem::FileSystem;
@@ -137,6 +141,18 @@ pub fn watch(dir: &Path, fs: Arc<FileSystem>) -> io::Result<JoinHandle<()>> {
     let mut file = std::fs::File::open("/proc/self/mountinfo")?;
     let dir = absolute_mount_point(dir);
     let mount_point = escaped(&dir);
+    // The device, once the thread found the mount.
+    let found: Arc<Mutex<Option<String>>> = Arc::default();
+    {
+        // A change right after `remount,rw` asks at once rather than
+        // fail before the thread below hears.
+        let (found, mount_point) = (found.clone(), mount_point.clone());
+        fs.set_remount_probe(Box::new(move || {
+            let dev = found.lock().ok()?.clone()?;
+            let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            find(&text, Some(&dev), &mount_point).map(|e| e.flags().read_only)
+        }));
+    }
     std::thread::Builder::new()
         .name("ptsd-mountwatch".into())
         .spawn(move || {
@@ -153,7 +169,12 @@ pub fn watch(dir: &Path, fs: Arc<FileSystem>) -> io::Result<JoinHandle<()>> {
                 }
                 match find(&text, dev.as_deref(), &mount_point) {
                     Some(e) => {
-                        dev = Some(e.dev.to_string());
+                        if dev.is_none() {
+                            dev = Some(e.dev.to_string());
+                            if let Ok(mut f) = found.lock() {
+                                f.clone_from(&dev);
+                            }
+                        }
                         let f = e.flags();
                         if !in_force(&f, &fs) {
                             tracing::info!(

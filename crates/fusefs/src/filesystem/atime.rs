@@ -133,7 +133,8 @@ impl FileSystem {
     /// `g` was read (or listed): move its atime if the policy says so.
     /// Never fails the read: an update that cannot be written is logged.
     pub(super) fn accessed(&self, g: &mut Inode) {
-        if self.writable().is_err() {
+        // Not `writable`: a read must not ask the mount anything.
+        if self.refuses_changes() {
             return;
         }
         let p = self.atime_policy();
