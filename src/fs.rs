@@ -118,8 +118,9 @@ pub struct MountArgs {
     /// unmount, the default, or only on `fstrim`); and every generic
     /// mount(8) option: ro/rw, nosuid, nodev, noexec, sync, dirsync and the
     /// atime family (relatime by default; noatime, strictatime,
-    /// nodiratime, lazytime) go to the kernel mount, remount changes
-    /// those of a mounted DIR (`-o remount,ro`), defaults, auto, nofail,
+    /// nodiratime, lazytime, which the file system applies) go to the
+    /// kernel mount, remount changes those of a mounted DIR (`-o
+    /// remount,ro`, which the daemon follows), defaults, auto, nofail,
     /// _netdev, user(s), x-* are mount(8)'s own. May be given more than
     /// once; later options win.
     #[arg(short = 'o')]
