@@ -344,7 +344,16 @@ impl FileSystem {
             read_only: AtomicBool::new(false),
             remount_probe: OnceLock::new(),
             sync_mode: AtomicU8::new(0),
-            atime: AtomicU8::new(0),
+            // Nothing moves until the mount says (`ptsd mount` passes its
+            // options, relatime by default): library users, the crash
+            // checkers and fuzzers see the transactions they ask for.
+            atime: AtomicU8::new(
+                AtimePolicy {
+                    atime: Atime::Noatime,
+                    ..AtimePolicy::default()
+                }
+                .to_u8(),
+            ),
             lazy_atimes: Mutex::new(HashSet::new()),
         };
         for (what, ino) in [

@@ -59,7 +59,7 @@ fn before_or_at(a: Ts, b: Ts) -> bool {
 }
 
 impl AtimePolicy {
-    fn to_u8(self) -> u8 {
+    pub(super) fn to_u8(self) -> u8 {
         let a = match self.atime {
             Atime::Relatime => 0,
             Atime::Noatime => 1,
@@ -100,7 +100,8 @@ impl AtimePolicy {
 
 impl FileSystem {
     /// Choose when reads update atimes (see [`AtimePolicy`]); the mount
-    /// passes its options, and a remount its new ones.
+    /// passes its options, and a remount its new ones. Until then
+    /// `noatime`: a file system used as a library changes only when asked.
     ///
     /// ```
     /// # use std::sync::Arc;
