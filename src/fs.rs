@@ -121,8 +121,9 @@ pub struct MountArgs {
     /// unmount, the default, or only on `fstrim`); and every generic
     /// mount(8) option: ro/rw, nosuid, nodev, noexec, sync, dirsync and the
     /// atime family (relatime by default; noatime, strictatime,
-    /// nodiratime, lazytime) go to the kernel mount, remount changes
-    /// those of a mounted DIR (`-o remount,ro`), defaults, auto, nofail,
+    /// nodiratime, lazytime, which the file system applies) go to the
+    /// kernel mount, remount changes those of a mounted DIR (`-o
+    /// remount,ro`, which the daemon follows), defaults, auto, nofail,
     /// _netdev, user(s), x-* are mount(8)'s own. May be given more than
     /// once; later options win.
     #[arg(short = 'o')]
@@ -409,7 +410,8 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     };
     stack.fs().set_auto_trim(a.discard);
     // ro, sync, dirsync: the file system enforces them itself too, for
-    // whatever reaches it (the kernel mount has them as well).
+    // whatever reaches it (the kernel mount has them as well); the atime
+    // options are the file system's alone (FUSE leaves atime to it).
     a.flags.apply_to(stack.fs());
     let info = stack.info().clone();
     let opts = MountOpts {
@@ -451,6 +453,10 @@ fn serve(a: &MountArgs, mut notify: Option<std::fs::File>) -> Result<()> {
     let announce = |served: &frontend::Served| {
         // From a thread, without a request to the mount.
         ptsd_fs::fuse::raise_readahead(&a.dir);
+        // `mount -o remount,…` reaches the file system this way only.
+        if let Err(e) = ptsd_fs::mountwatch::watch(&a.dir, stack.fs().clone()) {
+            tracing::warn!("remounts will not reach the file system: {e}");
+        }
         let have_run_dir = pidf.parent().and_then(make_run_dir).is_some();
         if have_run_dir {
             let _ = std::fs::write(&pidf, format!("{}\n", std::process::id()));

@@ -19,7 +19,7 @@
 //! `rename`, `open` (open counts, orphans), `data` (read, write, truncate,
 //! fallocate), `xattr`, `symlink`, `seek`, `tmpfile`, and `mkfs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -34,6 +34,7 @@ use crate::format::*;
 use crate::stagestats::{BlockKind, StageCounts, StageStats, TxCount};
 use crate::store::Store;
 
+mod atime;
 mod data;
 mod icache;
 mod inode_io;
@@ -50,9 +51,10 @@ mod trim;
 mod undo;
 mod xattr;
 
+pub use atime::{Atime, AtimePolicy};
 use inode_io::{ext_slack, owned_runs, put_inode, LoadErr};
 pub use mkfs::{mkfs, MkfsOptions};
-pub use modes::SyncMode;
+pub use modes::{RemountProbe, SyncMode};
 use namespace::{check_name, dir_add, dir_add_at, dir_need, put_dir_block, touch_dir};
 pub use seek::Seek;
 pub use trim::{AUTO_TRIM_BLOCKS, FITRIM};
@@ -95,6 +97,9 @@ pub(crate) struct Inode {
     /// References the kernel holds (entries it was given minus FORGETs);
     /// at zero, with the file closed, the inode may leave the cache.
     pub lookups: u64,
+    /// Under `lazytime`: since when (seconds) the atime in memory is
+    /// newer than the stored one (see `atime.rs`).
+    pub lazy_atime_since: Option<i64>,
     /// The stored form of `ext` beyond the inline extents.
     chain: Chain,
 }
@@ -221,6 +226,8 @@ pub struct FileSystem {
     rename_lock: Mutex<()>,
     /// Forgotten inodes that were in use at the time (see `evict`).
     evict_later: Mutex<Vec<u64>>,
+    /// [`close`](Self::close) began (it still writes lazy atimes).
+    closing: AtomicBool,
     closed: AtomicBool,
     clean: AtomicBool,
     /// Orphans freed while mounting (open-unlinked files of a crashed run).
@@ -243,10 +250,16 @@ pub struct FileSystem {
     attr_invalidator: OnceLock<AttrInvalidator>,
     /// Switched read-only (see `modes.rs`).
     read_only: AtomicBool,
+    /// Asks the mount whether it is read-only now (see `modes.rs`).
+    remount_probe: OnceLock<RemountProbe>,
     /// A [`SyncMode`] as a number.
     sync_mode: AtomicU8,
     /// Blocks and bytes handed to the store, by kind.
     staged: StageStats,
+    /// An [`AtimePolicy`] as a number.
+    atime: AtomicU8,
+    /// Inodes whose atime `lazytime` keeps in memory (see `atime.rs`).
+    lazy_atimes: Mutex<HashSet<u64>>,
 }
 
 /// A transport's way to drop the kernel's cached attributes of an inode
@@ -321,6 +334,7 @@ impl FileSystem {
             failed: AtomicBool::new(false),
             rename_lock: Mutex::new(()),
             evict_later: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             clean: AtomicBool::new(false),
             orphans_freed: 0,
@@ -331,8 +345,20 @@ impl FileSystem {
             auto_trim: AtomicBool::new(true),
             attr_invalidator: OnceLock::new(),
             read_only: AtomicBool::new(false),
+            remount_probe: OnceLock::new(),
             sync_mode: AtomicU8::new(0),
             staged: StageStats::default(),
+            // Nothing moves until the mount says (`ptsd mount` passes its
+            // options, relatime by default): library users, the crash
+            // checkers and fuzzers see the transactions they ask for.
+            atime: AtomicU8::new(
+                AtimePolicy {
+                    atime: Atime::Noatime,
+                    ..AtimePolicy::default()
+                }
+                .to_u8(),
+            ),
+            lazy_atimes: Mutex::new(HashSet::new()),
         };
         for (what, ino) in [
             ("root directory", sb.root_ino),
@@ -368,7 +394,7 @@ impl FileSystem {
 
     /// Checkpoint everything and mark the file system clean. Idempotent.
     pub fn close(&self) -> Result<(), FsError> {
-        if self.closed.swap(true, Ordering::SeqCst) {
+        if self.closing.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         // The checkpoint (a commit first) before the trim: it would otherwise
@@ -376,6 +402,10 @@ impl FileSystem {
         // discards. What was freed then goes to the device as free, so the
         // next mount (or another user of the device) starts with an SSD
         // that knows it.
+        if let Err(e) = self.flush_lazy_atimes() {
+            tracing::warn!("writing lazy atimes at unmount: {e}");
+        }
+        self.closed.store(true, Ordering::SeqCst);
         self.store.checkpoint()?;
         self.trim_freed();
         self.store.close()?;
@@ -450,11 +480,16 @@ impl FileSystem {
         !self.failed.load(Ordering::Relaxed) && !self.closed.load(Ordering::Relaxed)
     }
 
-    fn writable(&self) -> Result<(), Errno> {
-        if self.failed.load(Ordering::Relaxed)
-            || self.closed.load(Ordering::Relaxed)
+    /// Whether changes are refused now: stopped by a failure, closing, or
+    /// switched read-only (see `modes.rs`).
+    fn refuses_changes(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+            || self.closing.load(Ordering::Relaxed)
             || self.read_only.load(Ordering::Relaxed)
-        {
+    }
+
+    fn writable(&self) -> Result<(), Errno> {
+        if self.refuses_changes() && !self.remounted_writable() {
             return Err(Errno::EROFS);
         }
         Ok(())
@@ -569,6 +604,7 @@ impl FileSystem {
 
     /// Make every finished operation durable (a journal commit).
     pub fn fsync(&self) -> Result<(), Errno> {
+        self.flush_lazy_atimes()?;
         self.store.sync()?;
         Ok(())
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fuser::{Config, Filesystem, InitFlags, KernelConfig, MountOption, Request, SessionACL};
 
-use crate::filesystem::{FileSystem, SyncMode};
+use crate::filesystem::{AtimePolicy, FileSystem, SyncMode};
 use crate::uring::UringInit;
 
 pub use crate::frontend::TTL;
@@ -29,7 +29,10 @@ pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
     // with DONT_MASK leaves applying the umask, or a default ACL instead,
     // to us (it passes the umask apart).
     .union(InitFlags::FUSE_POSIX_ACL)
-    .union(InitFlags::FUSE_DONT_MASK);
+    .union(InitFlags::FUSE_DONT_MASK)
+    // SETXATTR says when setting an ACL clears setgid (the caller is not
+    // in the file's group), as Linux's posix_acl_update_mode does.
+    .union(InitFlags::FUSE_SETXATTR_EXT);
 
 pub use crate::openflags::{
     direct_writes_coherent, open_reply_flags, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
@@ -72,8 +75,8 @@ impl Filesystem for Init {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
         let got = want & config.capabilities();
-        let killpriv_v2 = config.add_capabilities(got).is_ok()
-            && got.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        let caps_added = config.add_capabilities(got).is_ok();
+        let killpriv_v2 = caps_added && got.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let u = &self.out;
         let offered = config
             .capabilities()
@@ -91,6 +94,7 @@ impl Filesystem for Init {
         let ra = config.set_max_readahead(u32::MAX).unwrap_or_else(|max| max);
         u.record(offered, negotiated, ra, killpriv_v2);
         u.record_direct_writes(self.direct_writes && direct_writes_coherent(config.capabilities()));
+        u.record_setxattr_ext(got.contains(InitFlags::FUSE_SETXATTR_EXT) && caps_added);
         Ok(())
     }
 }
@@ -110,22 +114,12 @@ pub struct MountOpts {
     pub flags: MountFlags,
 }
 
-/// How the kernel keeps access times: mount(8)'s atime family.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Atime {
-    /// `relatime` (Linux's default).
-    #[default]
-    Relatime,
-    /// `noatime`.
-    Noatime,
-    /// `strictatime`.
-    Strictatime,
-}
+pub use crate::filesystem::Atime;
 
 /// The generic mount(8) options that are the kernel's business: what
 /// `-o ro,nosuid,nodev,noexec,sync,dirsync` and the atime family ask of the
-/// mount. (`ptsd mount` parses them; the file system's own side of `ro` and
-/// `sync` is the `FileSystem`'s.)
+/// mount. (`ptsd mount` parses them; the file system's own side of `ro`,
+/// `sync` and the atime family is the `FileSystem`'s.)
 ///
 /// ```
 /// use ptsd_fs::fuse::{Atime, MountFlags};
@@ -245,9 +239,49 @@ impl MountFlags {
         }
     }
 
+    /// The atime updates these flags ask of the file system (FUSE leaves
+    /// them to it).
+    pub fn atime_policy(&self) -> AtimePolicy {
+        AtimePolicy {
+            atime: self.atime,
+            nodiratime: self.nodiratime,
+            lazytime: self.lazytime,
+        }
+    }
+
+    /// The flags of a mount as `/proc/self/mountinfo` shows them: its
+    /// per-mount options (`rw,nosuid,relatime`) and its superblock's
+    /// (`ro,sync,user_id=0,…`). The superblock decides `ro` (a bind
+    /// mount made read-only alone leaves the file system writable); no
+    /// `relatime` nor `noatime` means `strictatime`.
+    ///
+    /// ```
+    /// use ptsd_fs::fuse::{Atime, MountFlags};
+    /// let f = MountFlags::from_mountinfo("rw,nosuid,noatime", "ro,user_id=0,lazytime");
+    /// assert!(f.read_only && f.nosuid && f.lazytime);
+    /// assert_eq!(f.atime, Atime::Noatime);
+    /// let f = MountFlags::from_mountinfo("ro,nodiratime", "rw,user_id=0");
+    /// assert!(!f.read_only && f.nodiratime);
+    /// assert_eq!(f.atime, Atime::Strictatime);
+    /// ```
+    pub fn from_mountinfo(per_mount: &str, per_sb: &str) -> MountFlags {
+        let mut f = MountFlags {
+            atime: Atime::Strictatime,
+            ..MountFlags::default()
+        };
+        for o in per_mount.split(',').chain(per_sb.split(',')) {
+            // Unknown ones (user_id=0, default_permissions) are the
+            // kernel FUSE mount's own.
+            f.apply(o);
+        }
+        f
+    }
+
     /// Gives the file system what it enforces itself of these flags, at
-    /// mount: `ro` (EROFS for every change, whatever reaches it) and the
-    /// [`sync_mode`](Self::sync_mode). The kernel mount gets them too.
+    /// mount and at a remount: `ro` (EROFS for every change, whatever
+    /// reaches it), the [`sync_mode`](Self::sync_mode) and the
+    /// [`atime_policy`](Self::atime_policy). The kernel mount gets them
+    /// too.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -268,6 +302,7 @@ impl MountFlags {
     pub fn apply_to(&self, fs: &FileSystem) {
         fs.set_read_only(self.read_only);
         fs.set_sync_mode(self.sync_mode());
+        fs.set_atime_policy(self.atime_policy());
     }
 }
 

@@ -40,6 +40,7 @@ pub mod format;
 pub mod frontend;
 pub mod fsck;
 pub mod fuse;
+pub mod mountwatch;
 pub mod opcount;
 mod openflags;
 mod readahead;
@@ -56,4 +57,4 @@ pub use filesystem::{
     mkfs, Attr, AttrInvalidator, Caller, DirEntry, FileSystem, MkfsOptions, Seek, SetAttr, SetTime,
     StatFs, AUTO_TRIM_BLOCKS, FITRIM, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT,
 };
-pub use store::{DirectStore, JournalStore, Store, StoreTxn};
+pub use store::{CountingStore, DirectStore, JournalStore, Store, StoreTxn};

@@ -1,53 +1,17 @@
 //! Bulk data paths: holes answered without I/O, ordered-mode data written
 //! home once, and the freed-block rule ordered mode depends on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ptsd_blockdev::{BlockDevice, CrashDevice, MemDevice};
 use ptsd_fs::coalesce::CoalescingStore;
 use ptsd_fs::stagestats::{BlockKind, StageCounts};
 use ptsd_fs::{
-    mkfs, Caller, DirectStore, FileSystem, FsStoreError, JournalStore, MkfsOptions, SetAttr, Store,
-    StoreTxn,
+    mkfs, Caller, CountingStore, DirectStore, FileSystem, JournalStore, MkfsOptions, SetAttr, Store,
 };
 use ptsd_nvjournal::{CrashRegion, Journal, JournalConfig};
 
 const ME: Caller = Caller { uid: 0, gid: 0 };
-
-/// Counts block reads (of the device or the journal) through the store.
-struct CountingStore {
-    inner: Arc<dyn Store>,
-    reads: AtomicU64,
-}
-
-impl Store for CountingStore {
-    fn num_blocks(&self) -> u64 {
-        self.inner.num_blocks()
-    }
-    fn read(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.read(blk, buf)
-    }
-    fn begin(&self) -> Box<dyn StoreTxn + '_> {
-        self.inner.begin()
-    }
-    fn sync(&self) -> Result<(), FsStoreError> {
-        self.inner.sync()
-    }
-    fn checkpoint(&self) -> Result<(), FsStoreError> {
-        self.inner.checkpoint()
-    }
-    fn write_super(&self, block: &[u8]) -> Result<(), FsStoreError> {
-        self.inner.write_super(block)
-    }
-    fn close(&self) -> Result<(), FsStoreError> {
-        self.inner.close()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
 
 fn cfg() -> JournalConfig {
     JournalConfig {
@@ -62,10 +26,7 @@ fn holes_are_read_without_io() {
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 4096).unwrap());
     let direct = Arc::new(DirectStore::new(dev).unwrap());
     mkfs(&*direct, &MkfsOptions::default()).unwrap();
-    let store = Arc::new(CountingStore {
-        inner: direct,
-        reads: AtomicU64::new(0),
-    });
+    let store = Arc::new(CountingStore::new(direct));
     let fs = FileSystem::mount(store.clone()).unwrap();
     let root = fs.root();
     let a = fs.create(root, b"sparse", 0o644, ME).unwrap();
@@ -84,7 +45,7 @@ fn holes_are_read_without_io() {
     fs.write(a.ino, 6 << 30, &[9u8; 4096]).unwrap();
     // Reading the file through once only reads inode/extent metadata
     // already cached, plus the two data blocks.
-    store.reads.store(0, Ordering::Relaxed);
+    store.reset();
     let chunk = 1u32 << 20;
     let mut off = 0u64;
     while off < size {
@@ -104,11 +65,7 @@ fn holes_are_read_without_io() {
         }
         off += u64::from(chunk);
     }
-    assert_eq!(
-        store.reads.load(Ordering::Relaxed),
-        2,
-        "only the two written blocks are read"
-    );
+    assert_eq!(store.reads(), 2, "only the two written blocks are read");
 }
 
 /// A journaled fs over memory media; returns the fs and its journal.

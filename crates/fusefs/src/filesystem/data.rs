@@ -11,9 +11,25 @@ use std::sync::atomic::Ordering;
 impl FileSystem {
     /// Read up to `size` bytes at `offset`.
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
-        let g = self.lock(ino)?;
+        self.read_access(ino, offset, size, true)
+    }
+
+    /// [`read`](Self::read), moving the atime as the mount's
+    /// [`AtimePolicy`](super::AtimePolicy) says if `atime` (false: the
+    /// file was opened `O_NOATIME`).
+    pub fn read_access(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        atime: bool,
+    ) -> Result<Vec<u8>, Errno> {
+        let mut g = self.lock(ino)?;
         if g.is_dir() {
             return Err(Errno::EISDIR);
+        }
+        if atime {
+            self.accessed(&mut g);
         }
         if offset >= g.d.size {
             return Ok(Vec::new());

@@ -126,7 +126,16 @@ impl FileSystem {
                 .try_lock()
                 .is_some_and(|g| g.lookups == 0 && g.open_count == 0);
         if idle {
-            shard.remove(&ino);
+            if let Some(arc) = shard.remove(&ino) {
+                // An atime lazytime kept in memory goes with the inode;
+                // under the shard lock, so no reload reads the old one.
+                let mut g = arc.lock();
+                if g.lazy_atime_since.is_some() && !g.freed && self.can_commit() {
+                    if let Err(e) = self.write_inode(&mut g) {
+                        tracing::warn!("writing the atime of inode {ino}: {e}");
+                    }
+                }
+            }
         } else if Arc::strong_count(arc) > 1 {
             let mut later = self.evict_later.lock();
             if later.len() < EVICT_RETRY_MAX {

@@ -70,6 +70,8 @@ pub(super) fn put_inode(
     ctx: Option<&mut AllocCtx<'_>>,
     w: &mut Writes,
 ) -> Result<(), Errno> {
+    // The stored form has the atime now (see `atime.rs`).
+    g.lazy_atime_since = None;
     g.chain.save(&mut g.d, &mut g.ext, ctx, w)
 }
 
@@ -115,6 +117,7 @@ impl FileSystem {
             open_count: 0,
             freed: false,
             lookups: 0,
+            lazy_atime_since: None,
         };
         if g.d.xattr_blocks != 0 {
             // A chain: its blocks are the inode's to free, so they are
@@ -217,6 +220,7 @@ impl FileSystem {
             open_count: 0,
             freed: false,
             lookups: 0,
+            lazy_atime_since: None,
         }
     }
 }

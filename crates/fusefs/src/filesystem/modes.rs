@@ -6,6 +6,10 @@ use std::sync::atomic::Ordering;
 use super::FileSystem;
 use crate::error::Errno;
 
+/// Asks the mount whether it is read-only now (see
+/// [`FileSystem::set_remount_probe`]).
+pub type RemountProbe = Box<dyn Fn() -> Option<bool> + Send + Sync>;
+
 /// When a change is made durable before it returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SyncMode {
@@ -56,6 +60,11 @@ impl FileSystem {
     /// fs.mkdir(fs.root(), b"d", 0o755, Caller::default()).unwrap();
     /// ```
     pub fn set_read_only(&self, ro: bool) {
+        if ro {
+            if let Err(e) = self.flush_lazy_atimes() {
+                tracing::error!("writing lazy atimes for read-only: {e}");
+            }
+        }
         self.read_only.store(ro, Ordering::SeqCst);
         if ro {
             // What was finished before the switch is durable when it
@@ -69,7 +78,48 @@ impl FileSystem {
     /// Whether the file system refuses changes: switched read-only, or
     /// stopped by a failed transaction.
     pub fn is_read_only(&self) -> bool {
-        self.writable().is_err()
+        self.refuses_changes()
+    }
+
+    /// Install the way to ask the mount whether it is read-only now
+    /// (`Some(true)`), writable (`Some(false)`) or unknown (`None`), once
+    /// per mount. A change that reaches the file system while it is
+    /// switched read-only asks it: the kernel may have made the mount
+    /// writable a moment ago (`remount,rw`), before the file system heard
+    /// (see [`crate::mountwatch`]), and the change must not fail then.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions};
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// fs.set_read_only(true);
+    /// fs.set_remount_probe(Box::new(|| Some(false))); // remounted rw
+    /// fs.mkdir(fs.root(), b"d", 0o755, Caller::default()).unwrap();
+    /// assert!(!fs.is_read_only());
+    /// ```
+    pub fn set_remount_probe(&self, probe: RemountProbe) {
+        if self.remount_probe.set(probe).is_err() {
+            tracing::warn!("remount probe already set; keeping the first");
+        }
+    }
+
+    /// Switched read-only, but the mount says it is writable now: switch
+    /// back (only a change asks, never a read).
+    pub(super) fn remounted_writable(&self) -> bool {
+        if self.failed.load(Ordering::Relaxed) || self.closing.load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.remount_probe.get().and_then(|p| p()) {
+            Some(false) => {
+                self.set_read_only(false);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Choose when changes become durable (see [`SyncMode`]).

@@ -166,6 +166,7 @@ impl FileSystem {
             // parent may be gone), as Linux lists a dead directory.
             return Ok(out);
         }
+        self.accessed(&mut g);
         if offset < 1 {
             out.push(DirEntry {
                 ino,

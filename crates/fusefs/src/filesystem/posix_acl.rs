@@ -139,13 +139,15 @@ impl FileSystem {
     /// size already checked): EINVAL for a malformed ACL, EACCES for a
     /// default ACL on a non-directory, EOPNOTSUPP on a symlink. An access
     /// ACL sets the mode's permission bits (`posix_acl_update_mode`), and
-    /// is stored only if the mode cannot say it all.
+    /// is stored only if the mode cannot say it all; it also clears
+    /// setgid if `kill_sgid` (see [`FileSystem::setxattr_ext`]).
     pub(super) fn set_acl(
         &self,
         mut g: IGuard,
         name: &[u8],
         value: &[u8],
         flags: i32,
+        kill_sgid: bool,
     ) -> Result<(), Errno> {
         if g.d.mode & S_IFMT == S_IFLNK {
             return Err(Errno::EOPNOTSUPP);
@@ -168,6 +170,9 @@ impl FileSystem {
             if access {
                 let (bits, equiv) = a.mode_bits();
                 g.d.mode = (g.d.mode & !0o777) | bits;
+                if kill_sgid {
+                    g.d.mode &= !libc::S_ISGID;
+                }
                 if equiv {
                     map.remove(name);
                 } else {

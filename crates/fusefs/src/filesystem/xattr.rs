@@ -157,6 +157,36 @@ impl FileSystem {
     /// larger than 16 blocks (about 64 KiB) or one value larger than a
     /// block is ENOSPC.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<(), Errno> {
+        self.setxattr_ext(ino, name, value, flags, false)
+    }
+
+    /// [`setxattr`](Self::setxattr), saying whether setting an access
+    /// ACL clears setgid (`kill_sgid`: the caller is not in the file's
+    /// group and lacks CAP_FSETID, the kernel's
+    /// `FUSE_SETXATTR_ACL_KILL_SGID`), as Linux's `posix_acl_update_mode`
+    /// does.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ptsd_blockdev::MemDevice;
+    /// # use ptsd_fs::{mkfs, Caller, DirectStore, FileSystem, MkfsOptions};
+    /// # let dev = Arc::new(MemDevice::new(4096, 256).unwrap());
+    /// # let store = Arc::new(DirectStore::new(dev).unwrap());
+    /// # mkfs(&*store, &MkfsOptions::default()).unwrap();
+    /// # let fs = FileSystem::mount(store).unwrap();
+    /// let f = fs.mknod(fs.root(), b"f", 0o102775, 0, Caller::default()).unwrap().ino;
+    /// let acl = ptsd_fs::acl::Acl::from_mode(0o750).encode();
+    /// fs.setxattr_ext(f, b"system.posix_acl_access", &acl, 0, true).unwrap();
+    /// assert_eq!(fs.getattr(f).unwrap().mode & 0o7777, 0o750);
+    /// ```
+    pub fn setxattr_ext(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        kill_sgid: bool,
+    ) -> Result<(), Errno> {
         self.writable()?;
         check_name(name)?;
         if value.len() > u16::MAX as usize {
@@ -165,7 +195,7 @@ impl FileSystem {
         let mut g = self.lock(ino)?;
         if name == crate::acl::ACCESS || name == crate::acl::DEFAULT {
             // Validated, and kept consistent with the mode (posix_acl.rs).
-            return self.set_acl(g, name, value, flags);
+            return self.set_acl(g, name, value, flags, kill_sgid);
         }
         undo_on_error(&mut g, |g| {
             self.ensure_xattrs(g)?;

@@ -136,3 +136,45 @@ fn both_transports_reply_the_same_bytes_to_a_captured_session() {
         "{answered} answered, {errors} errors"
     );
 }
+
+/// Records the `kill_sgid` of each SETXATTR.
+struct KillSgid(Mutex<Vec<bool>>);
+
+impl Handler for KillSgid {
+    fn handle(&self, _p: &Policy, _h: &InHeader, req: Request<'_>) -> Response {
+        if let Request::Setxattr { kill_sgid, .. } = req {
+            self.0.lock().unwrap().push(kill_sgid);
+        }
+        Response::Empty
+    }
+}
+
+/// A ring entry's argument space is 128 bytes whatever the opcode: past
+/// SETXATTR's short struct it holds stale bytes, which are
+/// `setxattr_flags` only when INIT agreed on FUSE_SETXATTR_EXT.
+#[test]
+fn setxattr_flags_only_where_init_agreed() {
+    let mut op_in = [0xffu8; 128];
+    op_in[..8].copy_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+    let h = InHeader {
+        len: 0,
+        opcode: proto::opcode::SETXATTR,
+        unique: 1,
+        nodeid: 1,
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+    let mut seen = Vec::new();
+    for ext in [false, true] {
+        let rec = Arc::new(KillSgid(Mutex::new(Vec::new())));
+        let policy = Policy {
+            setxattr_ext: ext,
+            ..Policy::default()
+        };
+        let fe = Frontend::new(rec.clone(), policy, None);
+        assert_eq!(fe.answer(&h, &op_in, b"user.a\0x"), Some(Response::Empty));
+        seen.extend(rec.0.lock().unwrap().iter().copied());
+    }
+    assert_eq!(seen, [false, true]);
+}

@@ -102,7 +102,7 @@ fn serve_fd(fd: &OwnedFd, fe: &Frontend) -> io::Result<()> {
         }
         let req = &buf[..n as usize];
         capture(req);
-        let (unique, resp) = match proto::split(req) {
+        let (unique, resp) = match proto::split_ext(req, fe.policy().setxattr_ext) {
             Ok((h, op_in, payload)) => (h.unique, fe.answer(&h, op_in, payload)),
             Err(e) => {
                 // Not even a header: nothing to answer to.

@@ -211,7 +211,12 @@ impl Handler for FsHandler {
                 },
                 Err(e) => Response::Error(e.0),
             },
-            Request::Read { offset, size, .. } => match fs.read(ino, offset, size) {
+            Request::Read {
+                offset,
+                size,
+                flags,
+                ..
+            } => match fs.read_access(ino, offset, size, flags & libc::O_NOATIME as u32 == 0) {
                 Ok(d) => Response::Data(d),
                 Err(e) => Response::Error(e.0),
             },
@@ -245,7 +250,12 @@ impl Handler for FsHandler {
             }
             Request::Release { .. } => empty(fs.release(ino)),
             Request::Fsync { .. } | Request::Fsyncdir { .. } => empty(fs.fsync()),
-            Request::Setxattr { name, value, flags } => empty(fs.setxattr(ino, name, value, flags)),
+            Request::Setxattr {
+                name,
+                value,
+                flags,
+                kill_sgid,
+            } => empty(fs.setxattr_ext(ino, name, value, flags, kill_sgid)),
             Request::Getxattr { name, size } => xattr(fs.getxattr(ino, name), size),
             Request::Listxattr { size } => xattr(fs.listxattr(ino), size),
             Request::Removexattr { name } => empty(fs.removexattr(ino, name)),

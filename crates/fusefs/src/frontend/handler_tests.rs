@@ -90,6 +90,7 @@ fn create_write_read_lookup_unlink() {
         fh: 0,
         offset: 0,
         size: 100,
+        flags: 0,
     };
     assert_eq!(
         fsh.handle(&h(opcode::READ, ino), r),

@@ -86,6 +86,9 @@ pub struct Policy {
     pub killpriv_v2: bool,
     /// Write-only opens bypass the page cache ([`open_reply_flags`]).
     pub direct_writes: bool,
+    /// The kernel agreed to `FUSE_SETXATTR_EXT`: SETXATTR's argument
+    /// struct is the longer one, with `setxattr_flags`.
+    pub setxattr_ext: bool,
 }
 
 impl Default for Policy {
@@ -94,6 +97,7 @@ impl Default for Policy {
         Policy {
             killpriv_v2: true,
             direct_writes: true,
+            setxattr_ext: true,
         }
     }
 }
@@ -220,6 +224,13 @@ impl Frontend {
         if !self.allowed(h) {
             return Some(Response::Error(libc::EACCES));
         }
+        // Without FUSE_SETXATTR_EXT, a ring entry's SETXATTR argument
+        // space holds only the short struct; what follows is stale.
+        let op_in = if h.opcode == opcode::SETXATTR && !self.policy.setxattr_ext {
+            &op_in[..op_in.len().min(proto::op_in_len(opcode::SETXATTR))]
+        } else {
+            op_in
+        };
         let resp = match proto::decode(h, op_in, payload) {
             Ok(req) => {
                 if let (Some(c), Some(op)) = (&self.counts, Op::of_opcode(h.opcode)) {

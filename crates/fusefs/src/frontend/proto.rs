@@ -220,6 +220,8 @@ pub enum Request<'a> {
         fh: u64,
         offset: u64,
         size: u32,
+        /// The open flags (`O_NOATIME`: the atime stays).
+        flags: u32,
     },
     Write {
         fh: u64,
@@ -240,6 +242,8 @@ pub enum Request<'a> {
         name: &'a [u8],
         value: &'a [u8],
         flags: i32,
+        /// `FUSE_SETXATTR_ACL_KILL_SGID` (only with `FUSE_SETXATTR_EXT`).
+        kill_sgid: bool,
     },
     Getxattr {
         name: &'a [u8],
@@ -321,15 +325,37 @@ pub fn op_in_len(op: u32) -> usize {
     }
 }
 
+/// `fuse_setxattr_in` with FUSE_SETXATTR_EXT agreed (`size`, `flags`,
+/// `setxattr_flags`, padding); without, it is [`op_in_len`]'s 8 bytes.
+pub const SETXATTR_IN_EXT_LEN: usize = 16;
+/// `setxattr_flags`: clear setgid when setting the access ACL.
+const SETXATTR_ACL_KILL_SGID: u32 = 1;
+
+/// [`op_in_len`] once INIT agreed on FUSE_SETXATTR_EXT (`setxattr_ext`).
+pub fn op_in_len_ext(op: u32, setxattr_ext: bool) -> usize {
+    if op == opcode::SETXATTR && setxattr_ext {
+        SETXATTR_IN_EXT_LEN
+    } else {
+        op_in_len(op)
+    }
+}
+
 /// Splits one request as a /dev/fuse read returns it (`fuse_in_header`,
 /// argument struct, payload, back to back) into its header and the two
 /// parts [`decode`] takes. A read shorter than the argument struct gives
 /// a short `op_in`, which [`decode`] refuses.
 pub fn split(buf: &[u8]) -> Result<(InHeader, &[u8], &[u8]), DecodeError> {
+    split_ext(buf, false)
+}
+
+/// [`split`] once INIT agreed on FUSE_SETXATTR_EXT (`setxattr_ext`: the
+/// SETXATTR argument struct is longer).
+pub fn split_ext(buf: &[u8], setxattr_ext: bool) -> Result<(InHeader, &[u8], &[u8]), DecodeError> {
     let h = InHeader::decode(buf)?;
     let end = (h.len as usize).clamp(IN_HEADER_LEN, buf.len());
     let body = &buf[IN_HEADER_LEN..end];
-    let (op_in, payload) = body.split_at(op_in_len(h.opcode).min(body.len()));
+    let cut = op_in_len_ext(h.opcode, setxattr_ext).min(body.len());
+    let (op_in, payload) = body.split_at(cut);
     Ok((h, op_in, payload))
 }
 
@@ -405,7 +431,15 @@ pub fn decode<'a>(
         READ | READDIR | READDIRPLUS => {
             let (fh, offset, size) = (a.u64()?, a.u64()?, a.u32()?);
             match op {
-                READ => Request::Read { fh, offset, size },
+                READ => {
+                    let (_read_flags, _lock_owner) = (a.u32()?, a.u64()?);
+                    Request::Read {
+                        fh,
+                        offset,
+                        size,
+                        flags: a.u32()?,
+                    }
+                }
                 READDIR => Request::Readdir { offset, size },
                 _ => Request::Readdirplus { offset, size },
             }
@@ -435,10 +469,18 @@ pub fn decode<'a>(
         }
         SETXATTR => {
             let (size, flags) = (a.u32()?, a.u32()?);
+            // `setxattr_flags` follows where FUSE_SETXATTR_EXT was agreed
+            // (the caller passes the longer argument struct only then).
+            let ext = if op_in.len() >= SETXATTR_IN_EXT_LEN {
+                a.u32()?
+            } else {
+                0
+            };
             Request::Setxattr {
                 name: p.cstr("name")?,
                 value: p.bytes(size as usize, "value")?,
                 flags: flags as i32,
+                kill_sgid: ext & SETXATTR_ACL_KILL_SGID != 0,
             }
         }
         GETXATTR => Request::Getxattr {

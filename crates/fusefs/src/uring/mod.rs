@@ -176,6 +176,7 @@ pub struct UringInit {
     max_readahead: AtomicU32,
     killpriv_v2: AtomicBool,
     direct_writes: AtomicBool,
+    setxattr_ext: AtomicBool,
 }
 
 impl UringInit {
@@ -230,6 +231,11 @@ impl UringInit {
         self.direct_writes.store(on, Ordering::SeqCst);
     }
 
+    /// Records whether INIT agreed on `FUSE_SETXATTR_EXT`.
+    pub fn record_setxattr_ext(&self, on: bool) {
+        self.setxattr_ext.store(on, Ordering::SeqCst);
+    }
+
     /// Records INIT's outcome (the INIT step calls this).
     pub fn record(&self, offered: bool, negotiated: bool, max_readahead: u32, killpriv_v2: bool) {
         self.killpriv_v2.store(killpriv_v2, Ordering::SeqCst);
@@ -245,6 +251,7 @@ impl UringInit {
         crate::frontend::Policy {
             killpriv_v2: self.killpriv_v2(),
             direct_writes: self.direct_writes(),
+            setxattr_ext: self.setxattr_ext.load(Ordering::SeqCst),
         }
     }
 }
