@@ -116,7 +116,10 @@ pub struct MountArgs {
     /// mount line names the transport), uring_poll[=MICROSECONDS] (busy-poll the io_uring
     /// queues that long, 100 by default, before sleeping); direct_writes /
     /// nodirect_writes (write-only opens bypass the kernel's page cache,
-    /// the default, or are cached like the others); discard /
+    /// the default, or are cached like the others); commit_window /
+    /// nocommit_window (stage the blocks of many operations once per
+    /// commit window: fewer journal blocks per created file, a longer
+    /// fsync tail; off by default); discard /
     /// nodiscard (tell the device about freed blocks online and at
     /// unmount, the default, or only on `fstrim`); and every generic
     /// mount(8) option: ro/rw, nosuid, nodev, noexec, sync, dirsync and the
@@ -143,6 +146,10 @@ pub struct MountArgs {
     /// the default / `-o nodirect_writes`).
     #[arg(skip = true)]
     pub direct_writes: bool,
+    /// Stage operations once per commit window (`-o commit_window` /
+    /// `-o nocommit_window`, the default).
+    #[arg(skip = false)]
+    pub commit_window: bool,
     /// The generic mount(8) options (`-o ro,nosuid,noatime,remount,…`).
     #[arg(skip)]
     pub flags: MountFlags,
@@ -255,6 +262,7 @@ fn default_data_dir() -> PathBuf {
 fn open_stack(a: &MountArgs) -> Result<Stack> {
     let mut spec = spec_of(&a.device, &a.data_dir, &a.journal);
     spec.journal_bytes = a.journal_size;
+    spec.coalesce = a.commit_window;
     spec.journal_config.checkpoint_interval = (a.checkpoint_interval > 0.0)
         .then(|| std::time::Duration::from_secs_f64(a.checkpoint_interval));
     if let Some(n) = a.journal_partitions {
@@ -295,6 +303,8 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
             ("nodiscard", None) => a.discard = false,
             ("direct_writes", None) => a.direct_writes = true,
             ("nodirect_writes", None) => a.direct_writes = false,
+            ("commit_window", None) => a.commit_window = true,
+            ("nocommit_window", None) => a.commit_window = false,
             ("uring_poll", v) => {
                 let us: u64 = v.map_or(Ok(100), str::parse).context("uring_poll")?;
                 a.uring = UringWish::Asked;
@@ -653,6 +663,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         uring_poll: None,
         discard: true,
         direct_writes: true,
+        commit_window: false,
         flags: MountFlags::default(),
         dir: PathBuf::from(&pos[1]),
     };
@@ -763,6 +774,19 @@ mod tests {
             "/mnt",
             "-o",
             "nodirect_writes,direct_writes"
+        ]));
+        // Commit windows only when asked for.
+        let window = |args: &[&str]| {
+            let mut m = Mount::try_parse_from(args).unwrap().a;
+            apply_options(&mut m).map(|()| m.commit_window).unwrap()
+        };
+        assert!(!window(&["mount", "/mnt"]));
+        assert!(window(&["mount", "/mnt", "-o", "commit_window"]));
+        assert!(!window(&[
+            "mount",
+            "/mnt",
+            "-o",
+            "commit_window,nocommit_window"
         ]));
     }
 }

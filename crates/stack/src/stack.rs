@@ -48,7 +48,9 @@ pub struct StackSpec {
     pub store_hook: Option<StoreHook>,
     /// Coalesce the file system's transactions in commit windows
     /// (`ptsd_fs::coalesce`): each block staged once per window, not once
-    /// per operation. Default on.
+    /// per operation. On by default here (the crash checkers run it);
+    /// `ptsd mount` asks for it only with `-o commit_window`, as it makes
+    /// an fsync's tail longer.
     pub coalesce: bool,
 }
 

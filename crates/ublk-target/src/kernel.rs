@@ -1,3 +1,4 @@
+// Over 800 lines: one libublk device, its queue threads and both data paths (shared buffer and user copy) share the setup.
 //! The kernel side: a libublk device whose queue threads run
 //! [`crate::engine::serve`] over the real ublk queue.
 //!

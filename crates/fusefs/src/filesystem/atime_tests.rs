@@ -209,3 +209,19 @@ fn lazytime_keeps_atime_in_memory_until_fsync_eviction_or_unmount() {
     assert_eq!(t.atime(g), ag2);
     assert_eq!(t.atime(h), ah2);
 }
+
+#[test]
+fn readlink_is_an_access() {
+    let t = T::new(policy(Atime::Relatime));
+    let l = t.fs.symlink(t.fs.root(), b"l", b"target", ME).unwrap().ino;
+    t.set_atime(l, 0);
+    let before = t.atime(l);
+    assert_eq!(t.fs.readlink(l).unwrap(), b"target");
+    assert!(t.atime(l) > before, "atime <= ctime: updated");
+    let t = T::new(policy(Atime::Noatime));
+    let l = t.fs.symlink(t.fs.root(), b"l", b"target", ME).unwrap().ino;
+    let before = t.atime(l);
+    let n = t.txns();
+    t.fs.readlink(l).unwrap();
+    assert_eq!((t.atime(l), t.txns()), (before, n));
+}

@@ -148,10 +148,12 @@ impl FileSystem {
 
     /// Target of a symlink.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, Errno> {
-        let g = self.lock(ino)?;
+        let mut g = self.lock(ino)?;
         if g.d.mode & S_IFMT != S_IFLNK {
             return Err(Errno::EINVAL);
         }
+        // Reading a link is an access, as Linux's readlink(2) counts it.
+        self.accessed(&mut g);
         Ok(g.d.symlink.clone())
     }
 
