@@ -65,7 +65,7 @@ impl AtimePolicy {
             Atime::Noatime => 1,
             Atime::Strictatime => 2,
         };
-        a | u8::from(self.nodiratime) << 2 | u8::from(self.lazytime) << 3
+        a | (u8::from(self.nodiratime) << 2) | (u8::from(self.lazytime) << 3)
     }
 
     fn from_u8(v: u8) -> Self {
