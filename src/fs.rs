@@ -328,6 +328,10 @@ fn apply_options(a: &mut MountArgs) -> Result<()> {
                 None,
             )
             | ("comment", Some(_)) => {}
+            // FUSE's own kernel options: mount(8) repeats them from
+            // /proc/mounts on `mount -o remount,…`; the daemon sets them
+            // itself on a new mount, so they carry nothing to apply.
+            ("user_id" | "group_id" | "rootmode" | "max_read" | "blksize" | "fd", Some(_)) => {}
             (k, _) if k.starts_with("x-") => {}
             _ => bail!("unknown mount option {o:?}"),
         }
@@ -761,6 +765,15 @@ mod tests {
             ptsd_fs::fuse::Atime::Relatime
         );
         assert!(flags(&["mount", "/mnt", "-o", "ro=1"]).is_err());
+        // What mount(8) passes on a remount: /proc/mounts' options too.
+        let f = flags(&[
+            "mount",
+            "/mnt",
+            "-o",
+            "remount,ro,user_id=0,group_id=0,default_permissions,allow_other",
+        ])
+        .unwrap();
+        assert!(f.remount && f.read_only);
         assert!(flags(&["mount", "/mnt", "-o", "nosuchoption"]).is_err());
         // Write-only opens bypass the page cache unless told otherwise.
         let direct = |args: &[&str]| {
