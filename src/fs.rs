@@ -1,3 +1,4 @@
+// Over 800 lines: mkfs, fsck, mount and umount share the mount options' parsing and the stack assembly; that parsing's tests close the file.
 //! `ptsd mkfs`, `ptsd fsck`, `ptsd mount`, `ptsd umount`, and the
 //! `mount.fuse.ptsd` helper that makes `mount -t fuse.ptsd` and /etc/fstab
 //! work.

@@ -158,15 +158,7 @@ impl FileSystem {
             return Err(Errno(libc::EACCES));
         }
         undo_on_error(&mut g, |g| {
-            self.ensure_xattrs(g)?;
-            let mut map = g.xattrs.clone().ok_or(Errno::EIO)?;
-            let exists = map.contains_key(name);
-            if flags & libc::XATTR_CREATE != 0 && exists {
-                return Err(Errno::EEXIST);
-            }
-            if flags & libc::XATTR_REPLACE != 0 && !exists {
-                return Err(Errno::ENODATA);
-            }
+            let mut map = self.xattrs_to_set(g, name, flags)?;
             if access {
                 let (bits, equiv) = a.mode_bits();
                 g.d.mode = (g.d.mode & !0o777) | bits;

@@ -64,6 +64,26 @@ impl FileSystem {
         Ok(())
     }
 
+    /// A copy of `g`'s xattrs to set `name` in, once setxattr's
+    /// `XATTR_CREATE`/`XATTR_REPLACE` `flags` allow it.
+    pub(super) fn xattrs_to_set(
+        &self,
+        g: &mut Inode,
+        name: &[u8],
+        flags: i32,
+    ) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, Errno> {
+        self.ensure_xattrs(g)?;
+        let map = g.xattrs.clone().ok_or(Errno::EIO)?;
+        let exists = map.contains_key(name);
+        if flags & libc::XATTR_CREATE != 0 && exists {
+            return Err(Errno::EEXIST);
+        }
+        if flags & libc::XATTR_REPLACE != 0 && !exists {
+            return Err(Errno::ENODATA);
+        }
+        Ok(map)
+    }
+
     /// The blocks holding `g`'s xattrs, in order.
     fn xattr_blocks(g: &Inode) -> Vec<u64> {
         (g.d.xattr_blk != 0)
@@ -198,15 +218,7 @@ impl FileSystem {
             return self.set_acl(g, name, value, flags, kill_sgid);
         }
         undo_on_error(&mut g, |g| {
-            self.ensure_xattrs(g)?;
-            let mut map = g.xattrs.clone().ok_or(Errno::EIO)?;
-            let exists = map.contains_key(name);
-            if flags & libc::XATTR_CREATE != 0 && exists {
-                return Err(Errno::EEXIST);
-            }
-            if flags & libc::XATTR_REPLACE != 0 && !exists {
-                return Err(Errno::ENODATA);
-            }
+            let mut map = self.xattrs_to_set(g, name, flags)?;
             map.insert(name.to_vec(), value.to_vec());
             self.replace_xattrs(g, map)
         })
