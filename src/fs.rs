@@ -119,8 +119,8 @@ pub struct MountArgs {
     /// nodirect_writes (write-only opens bypass the kernel's page cache,
     /// the default, or are cached like the others); commit_window /
     /// nocommit_window (stage the blocks of many operations once per
-    /// commit window: fewer journal blocks per created file, a longer
-    /// fsync tail; off by default); discard /
+    /// commit window, except right after an fsync: fewer journal blocks
+    /// per created file; on by default); discard /
     /// nodiscard (tell the device about freed blocks online and at
     /// unmount, the default, or only on `fstrim`); and every generic
     /// mount(8) option: ro/rw, nosuid, nodev, noexec, sync, dirsync and the
@@ -147,9 +147,9 @@ pub struct MountArgs {
     /// the default / `-o nodirect_writes`).
     #[arg(skip = true)]
     pub direct_writes: bool,
-    /// Stage operations once per commit window (`-o commit_window` /
-    /// `-o nocommit_window`, the default).
-    #[arg(skip = false)]
+    /// Stage operations once per commit window (`-o commit_window`, the
+    /// default / `-o nocommit_window`).
+    #[arg(skip = true)]
     pub commit_window: bool,
     /// The generic mount(8) options (`-o ro,nosuid,noatime,remount,…`).
     #[arg(skip)]
@@ -668,7 +668,7 @@ pub fn mount_helper_main() -> Option<Result<()>> {
         uring_poll: None,
         discard: true,
         direct_writes: true,
-        commit_window: false,
+        commit_window: true,
         flags: MountFlags::default(),
         dir: PathBuf::from(&pos[1]),
     };
@@ -789,13 +789,19 @@ mod tests {
             "-o",
             "nodirect_writes,direct_writes"
         ]));
-        // Commit windows only when asked for.
+        // Commit windows unless turned off.
         let window = |args: &[&str]| {
             let mut m = Mount::try_parse_from(args).unwrap().a;
             apply_options(&mut m).map(|()| m.commit_window).unwrap()
         };
-        assert!(!window(&["mount", "/mnt"]));
-        assert!(window(&["mount", "/mnt", "-o", "commit_window"]));
+        assert!(window(&["mount", "/mnt"]));
+        assert!(!window(&["mount", "/mnt", "-o", "nocommit_window"]));
+        assert!(window(&[
+            "mount",
+            "/mnt",
+            "-o",
+            "nocommit_window,commit_window"
+        ]));
         assert!(!window(&[
             "mount",
             "/mnt",

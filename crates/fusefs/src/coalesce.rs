@@ -24,6 +24,19 @@
 //! as without coalescing. Durability is unchanged: [`sync`](Store::sync)
 //! flushes the window before the commit below.
 //!
+//! **Right after an fsync** ([`set_direct_after_sync`]), a transaction
+//! finding the window empty is staged below at once, as without
+//! coalescing: where something fsyncs all the time (a mail server, a
+//! database), the window would only move each operation's staging into
+//! the next fsync and make every fsync wait for it; once no fsync came for
+//! that long, windows coalesce again. Order holds across the switch: a
+//! transaction goes straight below only while the window is empty and
+//! none is being flushed, and one that went into a window never depends
+//! on one still on its way below (that one holds its blocks' locks until
+//! its staging finished).
+//!
+//! [`set_direct_after_sync`]: CoalescingStore::set_direct_after_sync
+//!
 //! **Reads** see the window first (then a window being flushed, then the
 //! store below), so a block is read as the newest finished transaction
 //! left it. **Ordered data** ([`StoreTxn::write_ordered`]) goes home at
@@ -33,7 +46,7 @@
 //! version over it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -112,6 +125,12 @@ pub struct CoalescingStore {
     data_start: u64,
     /// A thread flushes full windows (and checkpoints).
     background: bool,
+    /// Stage transactions at once for this long after a sync (ns; 0:
+    /// never), see [`set_direct_after_sync`](Self::set_direct_after_sync).
+    direct_after_sync: AtomicU64,
+    /// Until when (ns since `epoch`) transactions are staged at once.
+    direct_until: AtomicU64,
+    epoch: Instant,
 }
 
 impl CoalescingStore {
@@ -146,6 +165,9 @@ impl CoalescingStore {
             staged: StageStats::default(),
             data_start,
             background: checkpoint_every.is_some(),
+            direct_after_sync: AtomicU64::new(0),
+            direct_until: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         if let Some(every) = checkpoint_every {
             let weak = Arc::downgrade(&store);
@@ -157,6 +179,50 @@ impl CoalescingStore {
             *store.flusher.lock() = t;
         }
         store
+    }
+
+    /// For `hold` after each [`sync`](Store::sync), a transaction that
+    /// finds the window empty is staged below at once instead of joining
+    /// a window (see the module documentation); `Duration::ZERO` (the
+    /// default) always coalesces.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use ptsd_blockdev::{BlockDevice, MemDevice};
+    /// use ptsd_fs::coalesce::CoalescingStore;
+    /// use ptsd_fs::{DirectStore, Store};
+    ///
+    /// let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 64).unwrap());
+    /// let below: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
+    /// let store = CoalescingStore::new(below, 1024, None);
+    /// store.set_direct_after_sync(Duration::from_secs(60));
+    /// store.sync().unwrap();
+    /// let mut tx = store.begin();
+    /// tx.write(5, &[7; 4096]).unwrap();
+    /// tx.finish().unwrap();
+    /// assert_eq!(store.window_blocks(), 0); // staged below at once
+    /// let mut buf = vec![0u8; 4096];
+    /// dev.read(5, &mut buf).unwrap();
+    /// assert_eq!(buf[0], 7);
+    /// ```
+    pub fn set_direct_after_sync(&self, hold: Duration) {
+        let ns = u64::try_from(hold.as_nanos()).unwrap_or(u64::MAX);
+        self.direct_after_sync.store(ns, Ordering::Relaxed);
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a transaction finishing now goes straight below: shortly
+    /// after a sync, with no window open or being flushed (under the
+    /// pending lock, so nothing enters a window ahead of it).
+    fn direct_now(&self, p: &Pending) -> bool {
+        self.direct_after_sync.load(Ordering::Relaxed) != 0
+            && p.open.is_empty()
+            && p.flushing.is_none()
+            && self.now_ns() < self.direct_until.load(Ordering::Relaxed)
     }
 
     /// Blocks in the open window (for tests and statistics).
@@ -327,6 +393,31 @@ impl CoalescingTxn<'_> {
     }
 }
 
+impl CoalescingTxn<'_> {
+    /// Stage this transaction below at once, as one transaction there (no
+    /// window holds any of its blocks: see `direct_now`).
+    fn finish_below(self: Box<Self>) -> Result<(), FsStoreError> {
+        let store = self.store;
+        let mut count = TxCount::default();
+        let mut tx = store.inner.begin();
+        for (blk, data) in self.ordered {
+            count.add(
+                BlockKind::OrderedData,
+                (data.len() / BLOCK_SIZE) as u64,
+                data.len(),
+            );
+            tx.write_ordered(blk, data)?;
+        }
+        for (blk, data, crc) in self.writes {
+            count.add(BlockKind::of(blk, &data, store.data_start), 1, data.len());
+            tx.write_owned(blk, data, crc)?;
+        }
+        tx.finish()?;
+        store.staged.add_tx(&count);
+        Ok(())
+    }
+}
+
 impl StoreTxn for CoalescingTxn<'_> {
     fn write(&mut self, blk: u64, data: &[u8]) -> Result<(), FsStoreError> {
         self.check_range(blk, data.len())?;
@@ -356,6 +447,9 @@ impl StoreTxn for CoalescingTxn<'_> {
     fn finish(mut self: Box<Self>) -> Result<(), FsStoreError> {
         let store = self.store;
         store.check()?;
+        if store.direct_now(&store.pending.lock()) {
+            return self.finish_below();
+        }
         if !self.ordered.is_empty() {
             // These blocks are this transaction's (nobody else writes them
             // meanwhile), so whether the window holds one cannot change
@@ -458,7 +552,13 @@ impl Store for CoalescingStore {
     }
     fn sync(&self) -> Result<(), FsStoreError> {
         self.flush()?;
-        self.inner.sync()
+        self.inner.sync()?;
+        let hold = self.direct_after_sync.load(Ordering::Relaxed);
+        if hold != 0 {
+            let until = self.now_ns().saturating_add(hold);
+            self.direct_until.fetch_max(until, Ordering::Relaxed);
+        }
+        Ok(())
     }
     fn checkpoint(&self) -> Result<(), FsStoreError> {
         self.flush()?;
@@ -489,5 +589,56 @@ impl Store for CoalescingStore {
     }
     fn checks_blocks(&self) -> bool {
         self.inner.checks_blocks()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DirectStore;
+    use ptsd_blockdev::{BlockDevice, MemDevice};
+
+    fn store() -> (Arc<dyn BlockDevice>, Arc<CoalescingStore>) {
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096, 64).unwrap());
+        let below: Arc<dyn Store> = Arc::new(DirectStore::new(dev.clone()).unwrap());
+        (dev, CoalescingStore::new(below, 1024, None))
+    }
+
+    fn put(s: &CoalescingStore, blk: u64, v: u8) {
+        let mut tx = s.begin();
+        tx.write(blk, &[v; BLOCK_SIZE]).unwrap();
+        tx.finish().unwrap();
+    }
+
+    #[test]
+    fn windows_resume_once_the_hold_after_a_sync_is_over() {
+        let (dev, s) = store();
+        s.set_direct_after_sync(Duration::from_millis(1));
+        put(&s, 5, 1); // no sync yet: a window
+        assert_eq!(s.window_blocks(), 1);
+        s.sync().unwrap();
+        put(&s, 6, 2); // right after the sync: below at once
+        assert_eq!(s.window_blocks(), 0);
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        dev.read(6, &mut buf).unwrap();
+        assert_eq!(buf[0], 2);
+        std::thread::sleep(Duration::from_millis(5));
+        put(&s, 6, 3); // the hold is over: a window again
+        assert_eq!(s.window_blocks(), 1);
+        dev.read(6, &mut buf).unwrap();
+        assert_eq!(buf[0], 2);
+        s.read(6, &mut buf).unwrap();
+        assert_eq!(buf[0], 3);
+        // Direct staging counts as transactions below, block by block.
+        let c = s.stage_counts();
+        assert_eq!(c.txs, 2, "{c:?}");
+    }
+
+    #[test]
+    fn without_a_hold_every_transaction_joins_the_window() {
+        let (_, s) = store();
+        s.sync().unwrap();
+        put(&s, 5, 1);
+        assert_eq!(s.window_blocks(), 1);
     }
 }

@@ -77,4 +77,6 @@ pub use error::StackError;
 pub use journal::{default_journal_path, JournalSpec, MissingJournal, LOST_NOTE};
 pub use lock::Holder;
 pub use malloc::{tune_malloc, MMAP_THRESHOLD, TRIM_THRESHOLD};
-pub use stack::{invoking_user, OpenInfo, Stack, StackSpec, StoreHook, WrapStore};
+pub use stack::{
+    invoking_user, OpenInfo, Stack, StackSpec, StoreHook, WrapStore, DIRECT_AFTER_SYNC,
+};

@@ -15,6 +15,11 @@ use crate::error::StackError;
 use crate::journal::{self, JournalSpec, MissingJournal, Place, Plan, LOST_NOTE};
 use crate::lock::{Holder, LockMode};
 
+/// How long after an fsync a commit window stages each transaction at
+/// once (see [`StackSpec::coalesce`]): an fsync at least this often keeps
+/// windows out of its way.
+pub const DIRECT_AFTER_SYNC: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// What to assemble.
 #[derive(Clone, Debug)]
 pub struct StackSpec {
@@ -48,9 +53,10 @@ pub struct StackSpec {
     pub store_hook: Option<StoreHook>,
     /// Coalesce the file system's transactions in commit windows
     /// (`ptsd_fs::coalesce`): each block staged once per window, not once
-    /// per operation. On by default here (the crash checkers run it);
-    /// `ptsd mount` asks for it only with `-o commit_window`, as it makes
-    /// an fsync's tail longer.
+    /// per operation, except within [`DIRECT_AFTER_SYNC`] of an fsync,
+    /// when each is staged at once (fsync-heavy work gains nothing from a
+    /// window but a longer fsync). On by default (`ptsd mount -o
+    /// nocommit_window` turns it off).
     pub coalesce: bool,
 }
 
@@ -334,7 +340,9 @@ impl Stack {
         let window_blocks = (journal.geometry().slots / 8).min(1024) as usize;
         let store = Arc::new(JournalStore::new(journal, dev, what));
         let below: Arc<dyn Store> = if spec.coalesce {
-            CoalescingStore::new(store.clone(), window_blocks, checkpoint_every)
+            let window = CoalescingStore::new(store.clone(), window_blocks, checkpoint_every);
+            window.set_direct_after_sync(DIRECT_AFTER_SYNC);
+            window
         } else {
             store.clone()
         };
