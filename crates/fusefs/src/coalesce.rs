@@ -396,7 +396,7 @@ impl CoalescingTxn<'_> {
 impl CoalescingTxn<'_> {
     /// Stage this transaction below at once, as one transaction there (no
     /// window holds any of its blocks: see `direct_now`).
-    fn finish_below(self: Box<Self>) -> Result<(), FsStoreError> {
+    fn finish_below(self) -> Result<(), FsStoreError> {
         let store = self.store;
         let mut count = TxCount::default();
         let mut tx = store.inner.begin();
@@ -448,7 +448,7 @@ impl StoreTxn for CoalescingTxn<'_> {
         let store = self.store;
         store.check()?;
         if store.direct_now(&store.pending.lock()) {
-            return self.finish_below();
+            return (*self).finish_below();
         }
         if !self.ordered.is_empty() {
             // These blocks are this transaction's (nobody else writes them
