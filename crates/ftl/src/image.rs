@@ -73,6 +73,18 @@ const VERSION: u32 = 2;
 const OOB_BYTES: usize = 32;
 const HEADER_BYTES: usize = 48;
 
+/// Whether `first_bytes` (the start of a file or device) is the header of
+/// an emulated SSD's image, so a tool handed one where a file system was
+/// expected can say what it is.
+///
+/// ```
+/// assert!(ptsd_ftl::image::is_image_header(b"PTSDFTL1 and the rest"));
+/// assert!(!ptsd_ftl::image::is_image_header(&[0u8; 4096]));
+/// ```
+pub fn is_image_header(first_bytes: &[u8]) -> bool {
+    first_bytes.starts_with(MAGIC)
+}
+
 /// What is wrong with an image.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum ImageError {

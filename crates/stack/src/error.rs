@@ -44,6 +44,16 @@ pub enum StackError {
         /// The journal lived on a RAM file system.
         ram: bool,
     },
+    /// The device is an emulated SSD's image file, named where a file
+    /// system's device was expected.
+    #[error(
+        "{device} is an emulated SSD's image, not a file system image: name its data \
+             directory instead (`--data-dir DIR`, or nothing for the default one)"
+    )]
+    SsdImage {
+        /// The image that was named.
+        device: String,
+    },
     /// The device holds no ptsd file system (or a damaged superblock).
     #[error("{device} holds no usable ptsd-fs")]
     NoFileSystem {

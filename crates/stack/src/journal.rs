@@ -108,6 +108,11 @@ pub(crate) fn read_superblock(
         device: desc.to_string(),
         source,
     })?;
+    if ptsd_ftl::image::is_image_header(&b) {
+        return Err(StackError::SsdImage {
+            device: desc.to_string(),
+        });
+    }
     Superblock::decode(&b, dev.num_blocks()).map_err(|e| StackError::NoFileSystem {
         device: desc.to_string(),
         source: e.into(),

@@ -392,6 +392,31 @@ fn a_device_without_a_file_system_is_a_clear_error() {
     assert!(matches!(err, StackError::NoFileSystem { .. }), "{err}");
 }
 
+/// An emulated SSD's image named as a plain device (`ptsd fsck
+/// DATA/ssd.img`) says what it is and what to name instead.
+#[test]
+fn an_ssd_image_named_as_a_device_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut spec = StackSpec::new(
+        DeviceSpec::DataDir(data.clone()),
+        JournalSpec::File(dir.path().join("j")),
+    );
+    spec.journal_bytes = 8 << 20;
+    spec.lock_wait = Duration::ZERO;
+    Stack::open(spec).unwrap().close().unwrap();
+    let img = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "img"))
+        .expect("the data directory holds an image");
+    let mut spec = file_spec(&img, &dir.path().join("j"));
+    spec.missing_journal = MissingJournal::Discard;
+    let err = fsck(&spec, false).err().unwrap();
+    assert!(matches!(err, StackError::SsdImage { .. }), "{err}");
+    assert!(err.to_string().contains("--data-dir"), "{err}");
+}
+
 /// A journal created on a disk file gets one partition (each partition's
 /// ring is one more disk write per commit); on a RAM file system the
 /// configured four; asked for explicitly (`disk_journal_partitions: None`),
