@@ -214,7 +214,7 @@ pub fn read_counts(path: &Path) -> Result<Vec<u64>, OpCountError> {
 
 /// `(FUSE opcode, counter)`: what [`Op::of_opcode`] looks up. TMPFILE
 /// counts as a create.
-const BY_OPCODE: [(u32, Op); 42] = [
+const BY_OPCODE: [(u32, Op); 43] = [
     (1, Op::Lookup),
     (2, Op::Forget),
     (3, Op::Getattr),
@@ -256,6 +256,8 @@ const BY_OPCODE: [(u32, Op); 42] = [
     (45, Op::Rename),
     (46, Op::Lseek),
     (47, Op::CopyFileRange),
+    // SYNCFS counts as the fsync it is (a kernel that sends it).
+    (50, Op::Fsync),
     (51, Op::Create),
 ];
 

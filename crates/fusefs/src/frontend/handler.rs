@@ -249,7 +249,7 @@ impl Handler for FsHandler {
                 })
             }
             Request::Release { .. } => empty(fs.release(ino)),
-            Request::Fsync { .. } | Request::Fsyncdir { .. } => empty(fs.fsync()),
+            Request::Fsync { .. } | Request::Fsyncdir { .. } | Request::Syncfs => empty(fs.fsync()),
             Request::Setxattr {
                 name,
                 value,

@@ -307,3 +307,17 @@ fn errors_and_unknown_opcodes() {
         Response::Error(libc::EINVAL)
     );
 }
+
+/// SYNCFS (a kernel that sends it: virtiofs) commits as an fsync does.
+#[test]
+fn syncfs_is_decoded_and_answered_as_an_fsync() {
+    let (fsh, _fs) = handler();
+    let hd = h(opcode::SYNCFS, 1);
+    let req = decode(&hd, &[0u8; 8], &[]).unwrap();
+    assert_eq!(req, Request::Syncfs);
+    assert_eq!(fsh.handle(&hd, req), Response::Empty);
+    assert_eq!(
+        crate::opcount::Op::of_opcode(opcode::SYNCFS),
+        Some(crate::opcount::Op::Fsync)
+    );
+}

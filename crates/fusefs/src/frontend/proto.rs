@@ -63,6 +63,7 @@ pub mod opcode {
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
+    pub const SYNCFS: u32 = 50;
     pub const TMPFILE: u32 = 51;
 }
 
@@ -232,6 +233,9 @@ pub enum Request<'a> {
         flags: u32,
     },
     Statfs,
+    /// `syncfs(2)` of the mount (the kernel sends it only where it offers
+    /// it: virtiofs today, not /dev/fuse).
+    Syncfs,
     Release {
         fh: u64,
     },
@@ -315,7 +319,7 @@ pub fn op_in_len(op: u32) -> usize {
         GETATTR => 16,
         SETATTR => 88,
         MKNOD | CREATE | TMPFILE => 16,
-        MKDIR | RENAME | LINK | OPEN | OPENDIR | GETXATTR | LISTXATTR | ACCESS => 8,
+        MKDIR | RENAME | LINK | OPEN | OPENDIR | GETXATTR | LISTXATTR | ACCESS | SYNCFS => 8,
         SETXATTR => 8,
         RENAME2 | FSYNC | FSYNCDIR => 16,
         READ | WRITE | READDIR | READDIRPLUS => 40,
@@ -456,6 +460,7 @@ pub fn decode<'a>(
             }
         }
         STATFS => Request::Statfs,
+        SYNCFS => Request::Syncfs,
         RELEASE => Request::Release { fh: a.u64()? },
         RELEASEDIR => Request::Releasedir,
         FSYNC | FSYNCDIR => {

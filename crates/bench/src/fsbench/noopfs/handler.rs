@@ -166,7 +166,7 @@ impl Handler for NoopFs {
             Request::Release { .. } => Response::Empty,
             Request::Releasedir => Response::Empty,
             Request::Fsync { .. } => Response::Empty,
-            Request::Fsyncdir { .. } => Response::Empty,
+            Request::Fsyncdir { .. } | Request::Syncfs => Response::Empty,
             Request::Opendir { .. } => match fs.attr(ino).map(|a| a.kind) {
                 Ok(FileType::Directory) => Response::Open { fh: 0, flags: 0 },
                 Ok(_) => err(Errno::ENOTDIR),
