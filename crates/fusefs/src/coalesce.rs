@@ -391,9 +391,7 @@ impl CoalescingTxn<'_> {
         }
         Ok(())
     }
-}
 
-impl CoalescingTxn<'_> {
     /// Stage this transaction below at once, as one transaction there (no
     /// window holds any of its blocks: see `direct_now`).
     fn finish_below(self) -> Result<(), FsStoreError> {
