@@ -216,13 +216,17 @@ impl CoalescingStore {
     }
 
     /// Whether a transaction finishing now goes straight below: shortly
-    /// after a sync, with no window open or being flushed (under the
-    /// pending lock, so nothing enters a window ahead of it).
-    fn direct_now(&self, p: &Pending) -> bool {
-        self.direct_after_sync.load(Ordering::Relaxed) != 0
-            && p.open.is_empty()
-            && p.flushing.is_none()
-            && self.now_ns() < self.direct_until.load(Ordering::Relaxed)
+    /// after a sync, with no window open or being flushed (checked under
+    /// the pending lock, so nothing enters a window ahead of it; the lock
+    /// is taken only within the hold, off the path of window mode).
+    fn direct_now(&self) -> bool {
+        if self.direct_after_sync.load(Ordering::Relaxed) == 0
+            || self.now_ns() >= self.direct_until.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        let p = self.pending.lock();
+        p.open.is_empty() && p.flushing.is_none()
     }
 
     /// Blocks in the open window (for tests and statistics).
@@ -445,7 +449,7 @@ impl StoreTxn for CoalescingTxn<'_> {
     fn finish(mut self: Box<Self>) -> Result<(), FsStoreError> {
         let store = self.store;
         store.check()?;
-        if store.direct_now(&store.pending.lock()) {
+        if store.direct_now() {
             return (*self).finish_below();
         }
         if !self.ordered.is_empty() {

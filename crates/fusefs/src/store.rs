@@ -430,4 +430,25 @@ impl Store for CountingStore {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    // The rest passes through as well: a counting wrapper must not change
+    // what the store below does (discards, block checks, pending blocks).
+    fn read_run(&self, blk: u64, buf: &mut [u8]) -> Result<(), FsStoreError> {
+        // A run counts as its blocks, as the default's block reads did.
+        let blocks = buf.len().div_ceil(BLOCK_SIZE) as u64;
+        self.reads
+            .fetch_add(blocks, std::sync::atomic::Ordering::Relaxed);
+        self.inner.read_run(blk, buf)
+    }
+    fn discard(&self, blk: u64, count: u64) -> Result<(), FsStoreError> {
+        self.inner.discard(blk, count)
+    }
+    fn holds(&self, blk: u64) -> bool {
+        self.inner.holds(blk)
+    }
+    fn verify(&self, blk: u64) -> Result<(), FsStoreError> {
+        self.inner.verify(blk)
+    }
+    fn checks_blocks(&self) -> bool {
+        self.inner.checks_blocks()
+    }
 }
